@@ -1,0 +1,66 @@
+# The two set-up commands for a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export TOKENIZERS_PARALLELISM := false
+# Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
+TEST_HOME := $(CURDIR)/.darts_home
+
+.PHONY: demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/darts run --profile toy --name demo --quick
+
+test: $(STAMP) check-clean check-export zoo-ci nbtest pytest
+
+# nbdev-clean and nbdev-export must change nothing: compare checksums before and after.
+check-clean: $(STAMP)
+	@before=$$(sha256sum nbs/*.ipynb); $(BIN)/nbdev-clean; after=$$(sha256sum nbs/*.ipynb); \
+	if [ "$$before" != "$$after" ]; then echo "FAIL: notebooks were not clean (nbdev-clean changed them)"; \
+	diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; echo "notebooks are clean"
+
+check-export: $(STAMP)
+	@before=$$(find darts_nb -name '*.py' | sort | xargs sha256sum); $(BIN)/nbdev-export; \
+	after=$$(find darts_nb -name '*.py' | sort | xargs sha256sum); \
+	if [ "$$before" != "$$after" ]; then echo "FAIL: library out of sync with notebooks (nbdev-export changed it)"; \
+	diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; echo "library is in sync"
+
+zoo-ci: $(STAMP)
+	DARTS_HOME=$(TEST_HOME) $(PY) -m darts_nb.zoo --size ci
+
+nbtest: $(STAMP)
+	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 2 --timing
+
+pytest: $(STAMP)
+	DARTS_HOME=$(TEST_HOME) $(BIN)/pytest -q tests/
+
+test-slow: $(STAMP) zoo-ci
+	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 2 --flags slow --timing
+
+test-cuda: $(STAMP) zoo-ci
+	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 1 --flags "slow cuda" --timing
+
+bench: $(STAMP) zoo-ci
+	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py
+
+export: $(STAMP)
+	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/nbdev-readme
+
+docs: $(STAMP)
+	@if command -v quarto >/dev/null; then $(BIN)/nbdev-docs; else \
+	echo "quarto is not installed: get it from https://quarto.org/docs/get-started/ then run 'make docs' again"; exit 1; fi
+
+clean-home:
+	rm -rf $(TEST_HOME)
