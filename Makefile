@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 # Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
 TEST_HOME := $(CURDIR)/.darts_home
 
-.PHONY: demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
+.PHONY: check-readme demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/darts run --profile toy --name demo --quick
 
-test: $(STAMP) check-clean check-export zoo-ci nbtest pytest
+test: $(STAMP) check-clean check-export check-readme zoo-ci nbtest pytest
 
 # nbdev-clean and nbdev-export must change nothing: compare checksums before and after.
 check-clean: $(STAMP)
@@ -36,6 +36,9 @@ check-export: $(STAMP)
 	after=$$(find darts_nb -name '*.py' | sort | xargs sha256sum); \
 	if [ "$$before" != "$$after" ]; then echo "FAIL: library out of sync with notebooks (nbdev-export changed it)"; \
 	diff <(echo "$$before") <(echo "$$after") || true; exit 1; fi; echo "library is in sync"
+
+check-readme: $(STAMP)
+	$(PY) tools/make_readme.py --check
 
 zoo-ci: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) -m darts_nb.zoo --size ci
@@ -56,7 +59,7 @@ bench: $(STAMP) zoo-ci
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py
 
 export: $(STAMP)
-	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(BIN)/nbdev-readme
+	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
 
 docs: $(STAMP)
 	@if command -v quarto >/dev/null; then $(BIN)/nbdev-docs; else \
