@@ -44,3 +44,10 @@ def test_band_and_png(tmp_path):
     pos = bias_by_position(b)
     assert ((pos.lo <= pos['mean']) & (pos['mean'] <= pos.hi)).all() and (pos.n >= 3).all()
     bias_heatmap(b, save=tmp_path/'x.png'); assert (tmp_path/'x.png').stat().st_size > 1000
+
+def test_hidden_cache():
+    "A real darts_nb.cache.HiddenCache works as well as the duck-typed synthetic one."
+    cache = pytest.importorskip('darts_nb.cache')
+    c = cache.HiddenCache(C.merged, C.target, C.entropy, C.mask, {})
+    assert torch.equal(torch.isnan(token_bias(c)), ~C.mask)
+    assert torch.allclose(token_bias(c), token_bias(C), equal_nan=True)
