@@ -10,13 +10,15 @@ import math, json, os, shutil
 from pathlib import Path
 import torch
 from torch import nn
+import torch.nn.functional as F
 from .core import positions_from_mask, lm_head, tmp_sibling
 _all_ = ['positions_from_mask']
 
 # %% auto #0
 __all__ = ['SURGERY_KINDS', 'WEIGHTS', 'CONFIG', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery',
-           'ParallelSurgery', 'surgery_from_config', 'n_params', 'call_positions', 'surgery_of', 'detach_surgery',
-           'attach_surgery', 'save_surgery', 'read_surgery_config', 'load_surgery', 'positions_from_mask']
+           'ParallelSurgery', 'surgery_from_config', 'n_params', 'forward_names', 'call_positions', 'surgery_of',
+           'detach_surgery', 'attach_surgery', 'save_surgery', 'read_surgery_config', 'load_surgery',
+           'positions_from_mask']
 
 # %% ../nbs/03_surgery.ipynb #ffc00259
 def _check_size(name, value, lo=1):
@@ -43,12 +45,17 @@ class SurgeryModule(nn.Module):
         self.max_len = None if max_len is None else _check_size('max_len', max_len)
         self.down, self.up = _bottleneck(hidden_size, rank)
 
-    def content(self, x): return self.up(torch.relu(self.down(x)))
+    def content(self, x):
+        "`W_up ReLU(W_down x)`, called functionally: the hook runs once per decoded token, so every call counts."
+        return F.linear(F.relu(F.linear(x, self.down.weight)), self.up.weight)
 
     def lookup(self, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        "Rows of a `max_len x H` table at `positions`; zero rows at positions `>= max_len`."
-        inside = (positions < self.max_len).unsqueeze(-1)
-        return table[positions.clamp(max=self.max_len - 1)] * inside.to(table.dtype)
+        "Rows of a `max_len x H` table at `positions`; zero rows at positions `>= max_len` (a negative position counts as 0)."
+        if positions.device.type == 'cpu':  # one gather when every position is inside (the CPU raises, it does not assert)
+            try: return F.embedding(positions, table)
+            except IndexError: pass
+        rows = F.embedding(positions.clamp(0, self.max_len - 1), table)  # no host sync on an accelerator
+        return rows.masked_fill((positions >= self.max_len).unsqueeze(-1), 0)
 
     def check(self, h, positions):
         "Validate `h` (... x H) and `positions` (same leading shape, integer, >= 0); `None` positions mean `arange(T)`."
@@ -70,9 +77,16 @@ class SurgeryModule(nn.Module):
                 positions: torch.Tensor|None = None, # B x T absolute positions (LongTensor)
                ) -> torch.Tensor:
         "`h_hat = h - correction`, computed in the module's dtype, returned in `h`'s dtype."
-        positions = self.check(h, positions)
-        x = h.to(self.down.weight.dtype)
-        return (x - self.correction(x, positions)).to(h.dtype)
+        return self.corrected(h, self.check(h, positions))
+
+    def corrected(self, h: torch.Tensor, # ... x T x H, already checked
+                  positions: torch.LongTensor, # ... x T absolute positions >= 0, already checked
+                 ) -> torch.Tensor:
+        "`forward` without the input checks: the fast path of the hook `attach_surgery` installs."
+        dtype = self.down.weight.dtype
+        x = h if h.dtype == dtype else h.to(dtype)
+        out = x - self.correction(x, positions)
+        return out if out.dtype == h.dtype else out.to(h.dtype)
 
     def config(self) -> dict:
         "What it takes to rebuild this module (`surgery_from_config`)."
@@ -144,6 +158,9 @@ def n_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 # %% ../nbs/03_surgery.ipynb #6f23694f
+try: from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
+except ImportError: _hf_slice_keep = None
+
 def _past_length(cache) -> int:
     if cache is None: return 0
     if hasattr(cache, 'get_seq_length'): return int(cache.get_seq_length())
@@ -153,28 +170,34 @@ def _past_length(cache) -> int:
 def _slice_keep(positions, logits_to_keep):
     "Slice B x T `positions` the way the model slices its hidden states for `logits_to_keep`."
     if logits_to_keep is None or (isinstance(logits_to_keep, int) and logits_to_keep == 0): return positions
-    try: from transformers.modeling_utils import slice_logits_to_keep
-    except ImportError: slice_logits_to_keep = None
-    if slice_logits_to_keep is not None: return slice_logits_to_keep(positions.unsqueeze(-1), logits_to_keep).squeeze(-1)
+    if _hf_slice_keep is not None: return _hf_slice_keep(positions.unsqueeze(-1), logits_to_keep).squeeze(-1)
     if isinstance(logits_to_keep, int): return positions[:, -logits_to_keep:]
     return positions[:, logits_to_keep]
 
-def call_positions(model, args: tuple, kwargs: dict) -> torch.LongTensor:
-    "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
+def forward_names(model) -> tuple[str, ...]:
+    "Names of the parameters `model.forward` takes by position, in order (to name a hook's positional arguments)."
     import inspect
-    try: a = inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments
-    except TypeError: a = dict(kwargs)
-    a = {**a, **a.get('kwargs', {})}
+    ps = inspect.signature(model.forward).parameters.values()
+    return tuple(p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+def call_positions(model, # the causal LM being called
+                   args: tuple, # the call's positional arguments
+                   kwargs: dict, # the call's keyword arguments
+                   names: tuple[str, ...]|None = None, # `forward_names(model)`, computed once by `attach_surgery`
+                  ) -> torch.LongTensor:
+    "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
+    a = dict(zip(forward_names(model) if names is None else names, args)); a.update(kwargs)
+    if isinstance(a.get('kwargs'), dict): a.update(a['kwargs'])
     ids, emb = a.get('input_ids'), a.get('inputs_embeds')
     x = ids if ids is not None else emb
     if x is None: raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
     B, T = x.shape[0], x.shape[1]
     pos, mask = a.get('position_ids'), a.get('attention_mask')
-    if pos is not None:
-        pos = pos.to(x.device).long()
+    if pos is not None:  # what generate passes: already padding-aware, usually B x T long on x's device
+        if pos.device != x.device or pos.dtype != torch.long: pos = pos.to(x.device, torch.long)
         if pos.dim() == 1: pos = pos[None]
         if pos.dim() == 3: pos = pos[0]  # (3, B, T) multimodal rope ids: take the temporal row
-        pos = pos[:, -T:].expand(B, T)
+        if tuple(pos.shape) != (B, T): pos = pos[:, -T:].expand(B, T)
     elif isinstance(mask, torch.Tensor) and mask.dim() == 2:
         pos = positions_from_mask(mask.to(x.device))[:, -T:]
     else:
@@ -182,7 +205,9 @@ def call_positions(model, args: tuple, kwargs: dict) -> torch.LongTensor:
         cp = a.get('cache_position')
         start = int(cp.reshape(-1)[0]) if isinstance(cp, torch.Tensor) and cp.numel() else _past_length(cache)
         pos = (start + torch.arange(T, device=x.device)).expand(B, T)
-    return _slice_keep(pos.clamp(min=0), a.get('logits_to_keep', 0))
+    keep = a.get('logits_to_keep', 0)
+    return pos if isinstance(keep, int) and (keep == 0 or keep >= T) else _slice_keep(pos, keep)
+
 
 # %% ../nbs/03_surgery.ipynb #a7c4681d
 def _module_hidden(model) -> int:
@@ -216,8 +241,8 @@ def attach_surgery(model, # a Hugging Face causal LM
     head = lm_head(model)
     w = getattr(head, 'weight', None)
     if w is not None: module.to(w.device)
-    state = dict(module=module, positions=None)
-    def record(mod, args, kwargs): state['positions'] = call_positions(mod, args, kwargs)
+    state, names = dict(module=module, positions=None), forward_names(model)
+    def record(mod, args, kwargs): state['positions'] = call_positions(mod, args, kwargs, names)
     def clear(mod, args, kwargs, out): state['positions'] = None
     def correct(mod, args):
         pos = state['positions']
@@ -226,7 +251,7 @@ def attach_surgery(model, # a Hugging Face causal LM
         if tuple(pos.shape) != tuple(h.shape[:-1]):
             raise RuntimeError(f"attach_surgery: recorded positions {tuple(pos.shape)} do not match the LM head input {tuple(h.shape)}")
         if module.down.weight.device != h.device: module.to(h.device)  # the model was moved after attaching
-        return (module(h, pos.to(h.device)),) + tuple(args[1:])
+        return (module.corrected(h, pos.to(h.device)),) + tuple(args[1:])
     handles = [model.register_forward_pre_hook(record, with_kwargs=True),
                model.register_forward_hook(clear, with_kwargs=True, always_call=True),
                head.register_forward_pre_hook(correct)]

@@ -1,7 +1,7 @@
 "Bad input, save/load round trips and cached-call positions for darts_nb.surgery."
 import json, math
 import pytest, torch
-from darts_nb.core import tiny_llama
+from darts_nb.core import tiny_llama, final_hidden
 from darts_nb.surgery import (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, SURGERY_KINDS, attach_surgery,
                               detach_surgery, surgery_of, save_surgery, load_surgery, call_positions, positions_from_mask)
 from darts_nb import core
@@ -134,3 +134,27 @@ def test_cached_decode_without_mask_matches_recompute():
             full = model(seq, use_cache=False).logits[:, -1]
             assert torch.allclose(out.logits[:, -1], full, atol=1e-4)
     detach_surgery(model)
+
+@pytest.mark.parametrize('cls', [PositionSurgery, AddSurgery, ParallelSurgery])
+def test_lookup_fast_path_matches_masked_path(cls):
+    "The CPU gather (all positions inside) and the clamp-and-mask path (some outside) give the same rows."
+    m = randomise(make(cls, L=4)); table = next(p for n, p in m.named_parameters() if n in ('b', 'p'))
+    inside, mixed = torch.tensor([[0, 3, 1, 2]]), torch.tensor([[0, 3, 4, 99]])
+    with torch.no_grad():
+        assert torch.equal(m.lookup(table, inside), table[inside])
+        rows = m.lookup(table, mixed)
+        assert torch.equal(rows[0, :2], table[torch.tensor([0, 3])]) and not rows[0, 2:].any()
+        assert torch.equal(m.lookup(table, torch.tensor([[-2]])), table[torch.tensor([[0]])])  # negative counts as 0 (hook path)
+
+def test_hook_position_ids_beyond_max_len():
+    "position_ids past max_len reach the LM head through the hook: content correction only, no error."
+    model = tiny_llama(hidden_size=32); ids = torch.randint(3, 64, (1, 3))
+    mod = randomise(PositionSurgery(32, 2, 4))
+    pid = torch.tensor([[2, 3, 50]])
+    with torch.no_grad():
+        h, _ = final_hidden(model, ids)
+        attach_surgery(model, mod)
+        got = model(ids, position_ids=pid).logits
+        detach_surgery(model)
+        hh = model.get_decoder()(input_ids=ids, position_ids=pid).last_hidden_state
+        assert torch.allclose(got, model.lm_head(mod(hh, pid)), atol=1e-5)
