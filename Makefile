@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 # Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
 TEST_HOME := $(CURDIR)/.darts_home
 
-.PHONY: check-readme demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
+.PHONY: check-readme check-docs demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/darts run --profile toy --name demo --quick
 
-test: $(STAMP) check-clean check-export check-readme zoo-ci nbtest pytest
+test: $(STAMP) check-clean check-export check-readme check-docs zoo-ci nbtest pytest
 
 # nbdev-clean and nbdev-export must change nothing: compare checksums before and after.
 check-clean: $(STAMP)
@@ -39,6 +39,10 @@ check-export: $(STAMP)
 
 check-readme: $(STAMP)
 	$(PY) tools/make_readme.py --check
+
+# nbdev-docs' notebook processing (it executes exported and import cells), without quarto; output in _proc/.
+check-docs: $(STAMP)
+	DARTS_HOME=$(TEST_HOME) $(PY) tools/check_docs.py
 
 zoo-ci: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) -m darts_nb.zoo --size ci
