@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/stats.html.md"""
 
 # %% ../nbs/10_stats.ipynb #d3b75248
 from __future__ import annotations
-import json, warnings
+import json, re, warnings
 from importlib import resources
 from typing import Callable, Sequence
 import numpy as np
@@ -178,7 +178,7 @@ def mixed_effects(df: pd.DataFrame, # long frame: method, seed, task, score
     fe = fit.fe_params.index
     out = pd.DataFrame({'term': fe, 'coef': fit.fe_params.to_numpy(), 'se': fit.bse[fe].to_numpy(),
                         'z': fit.tvalues[fe].to_numpy(), 'p': fit.pvalues[fe].to_numpy()})
-    out['term'] = (out.term.str.replace(rf"C\(method, Treatment\({b!r}\)\)\[T\.(.*)\]", r'method[\1]', regex=True)
+    out['term'] = (out.term.str.replace(rf"C\(method, Treatment\({re.escape(repr(b))}\)\)\[T\.(.*)\]", r'method[\1]', regex=True)
                    .str.replace(r'C\(task\)\[T\.(.*)\]', r'task[\1]', regex=True))
     out['seed_var'] = float(fit.cov_re.iloc[0, 0]); out['converged'] = ok; out['reference'] = b
     return out

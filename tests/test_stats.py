@@ -59,3 +59,9 @@ def test_ttest_branch_when_normal():
     c = compare_methods(df, 'a', 'b')
     assert c.test[0] == 'ttest_welch' and c.p_greater[0] < 1e-6 and c.df[0] > 0
     assert compare_methods(df, 'a', 'b', equal_var=True).test[0] == 'ttest_student'
+
+def test_mixed_effects_labels_with_regex_characters():
+    "Method labels such as 'Standard + L1' (a '+') still give readable term names."
+    df = simulate_scores(1.0).replace({'method': {'a': 'DARTS', 'b': 'Standard + L1'}})
+    me = mixed_effects(df, b='Standard + L1').set_index('term')
+    assert 'method[DARTS]' in me.index and me.loc['method[DARTS]', 'coef'] > 0
