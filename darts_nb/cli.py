@@ -10,39 +10,50 @@ import argparse, sys
 from dataclasses import replace
 
 # %% auto #0
-__all__ = ['main']
+__all__ = ['DOMAIN_CHOICES', 'main']
 
 # %% ../nbs/12_cli.ipynb #a19129b7
+DOMAIN_CHOICES = ('code', 'math', 'instruct')
+
 def _parser() -> argparse.ArgumentParser:
     from darts_nb.experiments import EXPERIMENTS
     ap = argparse.ArgumentParser(prog='darts', description='DARTS: representation surgery for merged LLMs.')
-    sub = ap.add_subparsers(dest='cmd', required=True)
+    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{zoo,merge,surgery,eval,report,run}')
+    prof = dict(default='toy', help="'toy' (the built-in zoo, default), 'ci', 'llama2-7b', or a YAML file with base and experts")
     z = sub.add_parser('zoo', help='build the built-in model zoo')
-    z.add_argument('--size', default='toy', choices=['toy', 'ci']); z.add_argument('--table', action='store_true')
-    z.add_argument('--limit', type=int, default=None)
+    z.add_argument('--size', default='toy', choices=['toy', 'ci'], help='which zoo (default toy)')
+    z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
+    z.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
     m = sub.add_parser('merge', help='run the merge sweep (resumable)')
-    m.add_argument('--profile', default='toy'); m.add_argument('--quick', action='store_true')
-    m.add_argument('--only', nargs='*', default=None, help='configuration names')
-    s = sub.add_parser('surgery', help='train one surgery module on a merge and a domain')
-    s.add_argument('--profile', default='toy'); s.add_argument('--name', default='default')
-    s.add_argument('--merge', default='ta-0.5'); s.add_argument('--domain', default='math', choices=['code', 'math', 'instruct'])
-    s.add_argument('--kind', default='position', choices=['standard', 'position', 'add', 'parallel'])
+    m.add_argument('--profile', **prof); m.add_argument('--quick', action='store_true', help='the quick sweep only')
+    m.add_argument('--only', nargs='*', default=None, metavar='NAME', help='configuration names, e.g. ta-0.5 ties-w0.7-d0.3')
+    s = sub.add_parser('surgery', help='train one surgery module on a merge and a domain, score it')
+    s.add_argument('--profile', **prof); s.add_argument('--name', default='default', help='the run to record into')
+    s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name (default ta-0.5)')
+    s.add_argument('--domain', default='math', choices=DOMAIN_CHOICES)
+    s.add_argument('--kind', default='position', choices=['standard', 'position', 'add', 'parallel'], help='position = DARTS')
     s.add_argument('--loss', default='ewl1', choices=['l1', 'ewl1', 'kl', 'ce'])
     s.add_argument('--rank', type=int, default=16); s.add_argument('--iters', type=int, default=500)
-    s.add_argument('--lr', type=float, default=1e-3); s.add_argument('--seed', type=int, default=0)
+    s.add_argument('--lr', type=float, default=1e-3); s.add_argument('--seed', type=int, default=0, help='calibration seed')
     e = sub.add_parser('eval', help='score a checkpoint on the domains through lm-eval')
-    e.add_argument('--model', required=True); e.add_argument('--domains', nargs='*', default=['code', 'math', 'instruct'])
-    e.add_argument('--limit', type=int, default=None); e.add_argument('--profile', default='toy', choices=['toy', 'paper'])
-    r = sub.add_parser('report', help='write runs/NAME/report.md'); r.add_argument('name')
-    r.add_argument('--profile', default='toy')
-    a = sub.add_parser('run', help='run the whole programme (resumable)')
-    a.add_argument('--profile', default='toy'); a.add_argument('--name', default='default')
-    a.add_argument('--quick', action='store_true'); a.add_argument('--only', nargs='*', default=None, choices=list(EXPERIMENTS))
+    e.add_argument('--model', required=True, help='a local checkpoint directory')
+    e.add_argument('--domains', nargs='*', default=list(DOMAIN_CHOICES), choices=DOMAIN_CHOICES)
+    e.add_argument('--limit', type=int, default=None, help='eval items per domain')
+    e.add_argument('--profile', default='toy', choices=['toy', 'paper'], help='evaluation tasks: toy domains or the paper benchmarks')
+    r = sub.add_parser('report', help='write runs/NAME/report.md and report.html from a run')
+    r.add_argument('name', help='the run name'); r.add_argument('--profile', **prof)
+    a = sub.add_parser('run', help='run the whole programme (resumable) and write the report')
+    a.add_argument('--profile', **prof); a.add_argument('--name', default='default', help='the run name (runs/NAME)')
+    a.add_argument('--quick', action='store_true', help='the quick sweep and 60 eval items per domain (the demo)')
+    a.add_argument('--only', nargs='*', default=None, choices=list(EXPERIMENTS), metavar='EXPERIMENT',
+                   help=f'run only these, in dependency order: {", ".join(EXPERIMENTS)}')
+    a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
+    a.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
     return ap
 
 def _positive(ap, **vals):
     for k, v in vals.items():
-        if v is not None and v < 1: ap.error(f'--{k} must be at least 1, got {v}')
+        if v is not None and v < 1: ap.error(f"--{k.replace('_', '-')} must be at least 1, got {v}")
 
 def main(argv: list[str]|None = None) -> int:
     "Entry point of the `darts` console script."
@@ -51,6 +62,7 @@ def main(argv: list[str]|None = None) -> int:
     try:
         if a.cmd == 'zoo':
             from darts_nb.zoo import main as zoo_main
+            _positive(ap, limit=a.limit)
             zoo_main(['--size', a.size] + (['--table'] if a.table else []) + (['--limit', str(a.limit)] if a.limit else []))
         elif a.cmd == 'merge':
             run = X.make_run(a.profile, 'merge', a.quick)
@@ -58,7 +70,7 @@ def main(argv: list[str]|None = None) -> int:
         elif a.cmd == 'surgery':
             _positive(ap, rank=a.rank, iters=a.iters)
             run = X.make_run(a.profile, a.name)
-            X.stage_sweep(replace(run, quick=True) if a.merge == 'ta-0.5' else run, [a.merge])
+            X.stage_sweep(run, [a.merge])
             rows = X.run_arm(run, a.merge, a.domain, X.Arm(a.kind, a.loss, a.rank, a.lr, a.iters, 50, a.seed))
             print(rows[['domain', 'surgery_kind', 'loss', 'metric', 'value', 'n']].to_string(index=False))
         elif a.cmd == 'eval':
@@ -72,8 +84,9 @@ def main(argv: list[str]|None = None) -> int:
             if not (run.dir/'results.sqlite').exists(): ap.error(f'no run named {a.name!r}: {run.dir} has no results.sqlite')
             print(f'report: {X.write_report(run)}')
         elif a.cmd == 'run':
-            run = X.run_all(a.profile, a.name, a.quick, a.only)
-            print(f'report: {run.dir/"report.md"}')
+            _positive(ap, eval_limit=a.eval_limit)
+            X.run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device)  # prints where the report is
     except (ValueError, FileNotFoundError) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2
     return 0
+

@@ -458,14 +458,18 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     if profile == 'toy': cfgs = {d: toy_task_config(d, seed=seed, max_new_tokens=max_new_tokens, tm=tm) for d in domains}
     else: cfgs = paper_task_configs(domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, tm=tm)
     alpaca = profile == 'paper' and 'instruct' in cfgs
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    lg = logging.getLogger('lm_eval'); lvl = lg.level; lg.setLevel(logging.WARNING)
+    lg = logging.getLogger('lm_eval'); lvl = lg.level; lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
+    import datasets.utils.logging as dlog
+    bars = dlog.is_progress_bar_enabled(); dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
     try:
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         out = simple_evaluate(model=lm, tasks=list(cfgs.values()), task_manager=tm, limit=limit,
                               log_samples=log_samples or alpaca, random_seed=seed, numpy_random_seed=seed,
                               torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1,  # closed-form stderr
                               apply_chat_template=chat_template)
-    finally: lg.setLevel(lvl)
+    finally:
+        lg.setLevel(lvl)
+        if bars: dlog.enable_progress_bar()
     df = _tidy(out, cfgs)
     if alpaca:
         import pandas as pd

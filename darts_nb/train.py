@@ -15,7 +15,8 @@ from .losses import get_loss, compute_loss, LOSS_NEEDS, _head_logits
 from .cache import HiddenCache
 
 # %% auto #0
-__all__ = ['VARIANTS', 'batch_order', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'make_surgery', 'calibration_cost']
+__all__ = ['VARIANTS', 'batch_order', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'make_surgery', 'PeakRSS',
+           'calibration_cost']
 
 # %% ../nbs/06_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -137,7 +138,24 @@ def make_surgery(variant: str, # 'standard', 'darts' (= 'position'), 'add' or 'p
     if v == 'standard': return S.StandardSurgery(hidden_size, rank=rank)
     return getattr(S, cls)(hidden_size, rank=rank, max_len=max_len)
 
-def _rss_bytes() -> int: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
+def _rss_bytes() -> int:
+    "Resident memory of this process now (Linux /proc; elsewhere the high-water mark from getrusage)."
+    try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+    except (OSError, ValueError, IndexError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+class PeakRSS:
+    "Context manager: the peak growth of this process's resident memory while the block runs, sampled in a thread."
+    def __init__(self, every: float = 0.005): self.every, self.bytes = every, 0 # seconds between samples
+    def _watch(self):
+        while not self._stop.wait(self.every): self._peak = max(self._peak, _rss_bytes())
+    def __enter__(self):
+        import threading
+        self._base = self._peak = _rss_bytes(); self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True); self._thread.start()
+        return self
+    def __exit__(self, *exc):
+        self._stop.set(); self._thread.join()
+        self.bytes = max(self._peak, _rss_bytes()) - self._base
 
 def _dir_bytes(p: Path) -> int: return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file())
 
@@ -168,21 +186,22 @@ def calibration_cost(merged_path: str|Path, # the merged model's directory
     prompts = list(prompts)[:n_prompts]
     if not prompts: raise ValueError(f"prompts: the calibration set for domain={domain!r} is empty")
     if cuda: torch.cuda.synchronize(dev); torch.cuda.reset_peak_memory_stats(dev)
-    rss0, t0 = _rss_bytes(), time.perf_counter()
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-    merged, tok = load_model(merged_path, device=dev); sync(); t1 = time.perf_counter()
-    target, ttok = load_model(target_path, device=dev); sync(); t2 = time.perf_counter()
-    cache = build_cache(merged, target, tok, prompts, max_len=max_len, device=dev, batch_size=batch_size,
-                        target_tokenizer=ttok, progress=progress); sync(); t3 = time.perf_counter()
-    head = target.get_output_embeddings().weight.detach()
-    if loss not in ('kl', 'ce'): head = None
-    set_seed(seed); mod = make_surgery(variant, cache.hidden_size, rank, max_len).to(dev)
-    train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress); sync(); t4 = time.perf_counter()
-    peak = torch.cuda.max_memory_allocated(dev) if cuda else _rss_bytes() - rss0
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        merged, tok = load_model(merged_path, device=dev); sync(); t1 = time.perf_counter()
+        target, ttok = load_model(target_path, device=dev); sync(); t2 = time.perf_counter()
+        cache = build_cache(merged, target, tok, prompts, max_len=max_len, device=dev, batch_size=batch_size,
+                            target_tokenizer=ttok, progress=progress); sync(); t3 = time.perf_counter()
+        head = target.get_output_embeddings().weight.detach()
+        if loss not in ('kl', 'ce'): head = None
+        set_seed(seed); mod = make_surgery(variant, cache.hidden_size, rank, max_len).to(dev)
+        train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress); sync(); t4 = time.perf_counter()
+    peak = torch.cuda.max_memory_allocated(dev) if cuda else mem.bytes
     with tempfile.TemporaryDirectory() as d:
         save_surgery(mod, Path(d)/'surgery', merged_model=str(merged_path), domain=domain, loss=loss, seed=seed); ck = _dir_bytes(Path(d))
     rows = [('load_merged', t1-t0, 's'), ('load_target', t2-t1, 's'), ('precompute', t3-t2, 's'), ('train', t4-t3, 's'),
-            ('total', t4-t0, 's'), ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (ru_maxrss delta)'),
+            ('total', t4-t0, 's'), ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)'),
             ('cache', cache.nbytes, 'bytes'), ('surgery_params', sum(p.numel() for p in mod.parameters()), 'count'),
             ('checkpoint', ck, 'bytes')]
     df = pd.DataFrame(rows, columns=['phase', 'value', 'unit'])

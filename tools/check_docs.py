@@ -8,7 +8,8 @@ that builds a zoo or trains makes it slow. This script runs the same steps minus
 install quarto, or rewrite committed files:
 
 - `_ensure_quarto` is skipped (it would try to install quarto with sudo);
-- `refresh_quarto_yml` is skipped (it rewrites nbs/nbdev.yml); nbs/nbdev.yml and nbs/_quarto.yml must exist;
+- `refresh_quarto_yml` is replaced by a check: nbs/_quarto.yml exists and nbs/nbdev.yml is exactly what it would
+  write from pyproject.toml, so `make docs` leaves the committed file alone;
 - `nbdev_sidebar` is replaced by a check: `custom_sidebar = true` and nbs/sidebar.yml lists exactly
   nbs/*.ipynb (index first, then sorted), in the format nbdev writes, so a new notebook cannot be forgotten;
 - `_build_modidx` runs, and fails the check if it changed darts_nb/_modidx.py (run nbdev-export and commit);
@@ -62,6 +63,16 @@ def check_sidebar(cfg, path: Path) -> list[str]:
                     + f'. Expected:\n{want}')
     return errs
 
+def check_nbdev_yml(cfg, path: Path) -> list[str]:
+    "nbs/nbdev.yml is what nbdev's `refresh_quarto_yml` would write (it rewrites the file on every docs build)."
+    from nbdev.quarto import _nbdev_yml
+    vals = {k: cfg[k] for k in ['title', 'description', 'branch', 'git_url', 'doc_host', 'doc_baseurl']}
+    vals['doc_path'] = cfg.doc_path.name
+    want, f = _nbdev_yml.format(**vals), path/'nbdev.yml'
+    if f.exists() and f.read_text() != want:
+        return [f'{f.relative_to(cfg.config_path)} differs from what nbdev-docs writes from pyproject.toml; expected:\n{want}']
+    return []
+
 def check_eval_cells(path: Path, skip) -> list[str]:
     "Non-exported cells that docs processing executes (they contain an import) must contain only imports."
     from nbdev.processors import _do_eval
@@ -96,6 +107,7 @@ def main(argv=None) -> int:
     try: _chk_nbdev_yml(path)
     except FileNotFoundError as e: errs.append(str(e))
     if not (path/'_quarto.yml').exists(): errs.append(f'{path/"_quarto.yml"} not found')
+    errs += check_nbdev_yml(cfg, path)
     errs += check_sidebar(cfg, path)
     errs += check_eval_cells(path, skip)
 
