@@ -12,13 +12,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .core import darts_home, default_device, tmp_sibling, commit_dir, write_json, in_notebook
+from .zoo import ARCH_FIELDS, tensor_shapes, check_compatible
+_all_ = ['ARCH_FIELDS', 'tensor_shapes']
 
 # %% auto #0
 __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES_DENSITIES', 'TIES_ASYM', 'DARE_METHODS',
-           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'ARCH_FIELDS', 'TOKENIZER_FILES',
-           'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings',
-           'sweep_configs', 'family', 'quick_configs', 'config_paths', 'validate_config', 'tensor_shapes',
-           'check_models', 'is_finished', 'run_merges', 'best_per_method', 'main']
+           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'TOKENIZER_FILES', 'merge_config',
+           'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings', 'sweep_configs', 'family',
+           'quick_configs', 'config_paths', 'validate_config', 'check_models', 'is_finished', 'run_merges',
+           'best_per_method', 'main', 'ARCH_FIELDS', 'tensor_shapes']
 
 # %% ../nbs/07_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -123,8 +125,6 @@ def quick_configs(base: str|Path, experts: dict[str, str|Path], dtype: str = 'fl
     return {n: grid[n] for n in names}
 
 # %% ../nbs/07_merge.ipynb #b54f9b9b
-ARCH_FIELDS = ('model_type', 'architectures', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
-               'num_attention_heads', 'num_key_value_heads', 'vocab_size', 'tie_word_embeddings', 'head_dim')
 TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'tokenizer.model',
                    'vocab.json', 'merges.txt', 'added_tokens.json', 'chat_template.jinja')
 
@@ -155,42 +155,10 @@ def validate_config(name: str, # the configuration's name (it becomes a director
     try: return MergeConfiguration.model_validate(cfg)
     except Exception as e: raise ValueError(f"config {name!r} is not a valid mergekit configuration: {e}") from e
 
-def tensor_shapes(path: str|Path) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read); {} without safetensors."
-    from safetensors import safe_open
-    out = {}
-    for f in sorted(Path(path).glob('*.safetensors')):
-        with safe_open(str(f), framework='pt') as sf:
-            for k in sf.keys(): out[k] = tuple(sf.get_slice(k).get_shape())
-    return out
-
-def _vocab(path: Path) -> dict|None:
-    "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
-    if not any((path/f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')): return None
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
-
 def check_models(paths: list[str|Path] # reference first; every path a local checkpoint
                 ) -> None:
     "Raise a ValueError naming the path and the config field, tensor or vocabulary that differs from `paths[0]`."
-    paths = [Path(p) for p in paths]
-    for p in paths:
-        if not (p/'config.json').exists(): raise FileNotFoundError(f"model path {p} has no config.json (missing or not a checkpoint)")
-    ref = paths[0]; rc = json.loads((ref/'config.json').read_text()); rt = tensor_shapes(ref); rv = _vocab(ref)
-    for p in paths[1:]:
-        c = json.loads((p/'config.json').read_text())
-        for f in ARCH_FIELDS:
-            if rc.get(f) != c.get(f): raise ValueError(f"{p} differs from {ref} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
-        t = tensor_shapes(p)
-        if rt and t:
-            for k in sorted(set(rt) | set(t)):
-                if k not in t: raise ValueError(f"{p} lacks tensor {k} that {ref} has")
-                if k not in rt: raise ValueError(f"{p} has tensor {k} that {ref} lacks")
-                if rt[k] != t[k]: raise ValueError(f"{p} differs from {ref} in tensor {k}: shape {t[k]} != {rt[k]}")
-        v = _vocab(p)
-        if rv is not None and v is not None and v != rv:
-            diff = sorted(set(v.items()) ^ set(rv.items()))[:3]
-            raise ValueError(f"{p} has a different tokenizer vocabulary from {ref} ({len(v)} vs {len(rv)} entries; e.g. {diff})")
+    check_compatible([Path(p) for p in paths])
 
 # %% ../nbs/07_merge.ipynb #8755947e
 def _merge_one(mc, out: Path, device: str, seed: int) -> None:

@@ -16,8 +16,8 @@ from .domains import DOMAINS, load_split, training_text, score_completion, split
 
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'GEN_TOKENS', 'METRICS', 'PAPER_MODELS', 'ZooSpec', 'zoo_spec',
-           'zoo_dir', 'corpus', 'train_tokenizer', 'train_lm', 'build_zoo', 'load_model', 'check_compatible',
-           'generate_completions', 'score_model', 'zoo_table', 'Profile', 'get_profile', 'main']
+           'zoo_dir', 'corpus', 'train_tokenizer', 'train_lm', 'build_zoo', 'load_model', 'tensor_shapes',
+           'check_compatible', 'generate_completions', 'score_model', 'zoo_table', 'Profile', 'get_profile', 'main']
 
 # %% ../nbs/02_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -174,22 +174,47 @@ def load_model(path: str|Path, # a local checkpoint directory
     tok.padding_side = 'left'
     return model.to(dev).eval(), tok
 
-ARCH_FIELDS = ('model_type', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads',
-               'num_key_value_heads', 'vocab_size', 'tie_word_embeddings')
+ARCH_FIELDS = ('model_type', 'architectures', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+               'num_attention_heads', 'num_key_value_heads', 'vocab_size', 'tie_word_embeddings', 'head_dim')
 
-def check_compatible(paths: dict[str, str|Path]) -> None:
-    "Raise a ValueError naming the path and field when checkpoints differ in architecture or vocabulary."
-    from transformers import AutoConfig, AutoTokenizer
-    items = list(paths.items()); ref_name, ref = items[0]
-    ref_cfg = AutoConfig.from_pretrained(ref, local_files_only=True)
-    ref_vocab = AutoTokenizer.from_pretrained(ref, local_files_only=True).get_vocab()
-    for name, p in items[1:]:
-        cfg = AutoConfig.from_pretrained(p, local_files_only=True)
+def tensor_shapes(path: str|Path) -> dict[str, tuple]:
+    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read); {} without safetensors."
+    from safetensors import safe_open
+    out = {}
+    for f in sorted(Path(path).glob('*.safetensors')):
+        with safe_open(str(f), framework='pt') as sf:
+            for k in sf.keys(): out[k] = tuple(sf.get_slice(k).get_shape())
+    return out
+
+def _vocab(path: Path) -> dict|None:
+    "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
+    if not any((path/f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')): return None
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
+
+def check_compatible(paths: dict[str, str|Path]|list[str|Path], # role -> local checkpoint, or a list; the first is the reference
+                    ) -> None:
+    "Raise a ValueError naming the checkpoint and the config field, tensor or vocabulary that differs from the first."
+    items = [(str(n), Path(p)) for n, p in (paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths))]
+    for _, p in items:
+        if not (p/'config.json').exists(): raise FileNotFoundError(f"model path {p} has no config.json (missing or not a checkpoint)")
+    who = lambda n, p: str(p) if n == str(p) else f'{n} ({p})'
+    (rn, ref), rest = items[0], items[1:]
+    rc, rt, rv = json.loads((ref/'config.json').read_text()), tensor_shapes(ref), _vocab(ref)
+    for n, p in rest:
+        c, a, b = json.loads((p/'config.json').read_text()), who(n, p), who(rn, ref)
         for f in ARCH_FIELDS:
-            a, b = getattr(ref_cfg, f, None), getattr(cfg, f, None)
-            if a != b: raise ValueError(f"{name} ({p}) differs from {ref_name} ({ref}) in config field {f}: {b!r} != {a!r}")
-        if AutoTokenizer.from_pretrained(p, local_files_only=True).get_vocab() != ref_vocab:
-            raise ValueError(f"{name} ({p}) has a different tokenizer vocabulary from {ref_name} ({ref})")
+            if rc.get(f) != c.get(f): raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
+        t = tensor_shapes(p)
+        if rt and t:
+            for k in sorted(set(rt) | set(t)):
+                if k not in t: raise ValueError(f"{a} lacks tensor {k} that {b} has")
+                if k not in rt: raise ValueError(f"{a} has tensor {k} that {b} lacks")
+                if rt[k] != t[k]: raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
+        v = _vocab(p)
+        if rv is not None and v is not None and v != rv:
+            diff = sorted(set(v.items()) ^ set(rv.items()))[:3]
+            raise ValueError(f"{a} has a different tokenizer vocabulary from {b} ({len(v)} vs {len(rv)} entries; e.g. {diff})")
 
 # %% ../nbs/02_zoo.ipynb #f929ec62
 GEN_TOKENS = {'code': 32, 'math': 48, 'instruct': 32}
