@@ -20,12 +20,12 @@ from .zoo import get_profile, load_model, Profile
 # %% auto #0
 __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'TASK_METRICS', 'FAMILY_NAMES', 'QUICK_SWEEP',
            'PAPER_TASKS', 'MAIN_ARMS', 'TABLE3_MERGES', 'SEED_ARMS', 'ABLATIONS', 'COST_PHASES', 'EXPERIMENTS',
-           'PAPER_MODELS_ROWS', 'PAPER_TASK_ROWS', 'REPORT_SECTIONS', 'Arm', 'Run', 'make_run', 'recorded',
-           'score_into_store', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'stage_sweep',
+           'SUMMARY_ARMS', 'PAPER_MODELS_ROWS', 'PAPER_TASK_ROWS', 'REPORT_SECTIONS', 'Arm', 'Run', 'make_run',
+           'recorded', 'score_into_store', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'stage_sweep',
            'sweep_table', 'best_merges', 'calib_texts', 'domain_cache', 'run_arm', 'arm_scores', 'arm_metric',
            'paper_rows', 'side_by_side', 'exp_main', 'main_table', 'exp_bias_vs_score', 'bias_score_table', 'exp_seeds',
            'seed_frame', 'Ablation', 'run_ablation', 'ablation_table', 'exp_cost', 'cost_table', 'exp_bias',
-           'summaries', 'run_all', 'md_table', 'claim', 'write_report']
+           'summaries', 'run_all', 'surgery_summary', 'md_table', 'claim', 'write_report']
 
 # %% ../nbs/11_experiments.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def arm_metric(run: Run, merge: str, arms: dict[str, Arm]|list[Arm], metric: str
     rows = {l: recorded(run, merge_config=merge, metric=metric, **a.key()).groupby('domain').value.mean().reindex(list(DOMAINS))
             for l, a in arms.items()}
     rows = {l: r for l, r in rows.items() if r.notna().any()}
-    return pd.DataFrame(rows).T if rows else pd.DataFrame(columns=list(DOMAINS))
+    return pd.DataFrame(rows).T.rename_axis(columns=None) if rows else pd.DataFrame(columns=list(DOMAINS))
 
 PAPER_TASKS = {'code': 'HE', 'math': 'GSM', 'instruct': 'AE'}  # the paper's benchmark for each domain
 
@@ -492,8 +492,21 @@ def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
         timings[n] = round(time.time() - t0, 1); write_json(tpath, timings)
         print(f'[{n}] done in {timings[n]:.0f} s')
         for title, table in summaries(run, n, out): print(f'\n{title}\n{table.round(1).to_string()}\n')
+    for title, table in surgery_summary(run): print(f'\n{title}\n{table.round(1).to_string()}\n')
     if report: print(f'report: {write_report(run)}')
     return run
+
+SUMMARY_ARMS = {'none': NONE, 'Standard + L1': STANDARD_L1, 'Standard + EWL1': STANDARD_EWL1, 'DARTS': DARTS}
+
+def surgery_summary(run: Run, merge: str = 'ta-0.5') -> list[tuple[str, pd.DataFrame]]:
+    "Per domain, held-out rho_L1 and next-token agreement with the expert for no surgery and the three main modules."
+    out = []
+    for metric, title in (('rho_l1', 'held-out L1 reduction rho_L1 (%)'), ('argmax_agree', "held-out next-token argmax agreement with the expert (%)")):
+        t = arm_metric(run, merge, SUMMARY_ARMS, metric)
+        if metric == 'rho_l1' and 'none' in arm_metric(run, merge, {'none': NONE}, 'argmax_agree').index:
+            t = pd.concat([pd.DataFrame([[0.0] * len(DOMAINS)], index=['none'], columns=list(DOMAINS)), t])  # Eq. 7 without surgery
+        if len(t): out.append((f'{merge}: {title}', t))
+    return out
 
 # %% ../nbs/11_experiments.ipynb #5ab9b20d
 def _fmt(v, digits: int = 1) -> str:
@@ -715,8 +728,7 @@ def _sec_cost(run: Run, figs: Path):
             [claim(bool(r <= 1.5), f"DARTS's training loop costs little more than Standard's: {r:.2f}x here (paper: 3.15 s / 2.40 s = 1.31x).")])
 
 def _sec_beyond(run: Run, figs: Path):
-    arms = {'none': NONE, 'Standard + L1': STANDARD_L1, 'Standard + EWL1': STANDARD_EWL1, 'DARTS': DARTS}
-    rho, agree = arm_metric(run, 'ta-0.5', arms, 'rho_l1'), arm_metric(run, 'ta-0.5', arms, 'argmax_agree')
+    rho, agree = arm_metric(run, 'ta-0.5', SUMMARY_ARMS, 'rho_l1'), arm_metric(run, 'ta-0.5', SUMMARY_ARMS, 'argmax_agree')
     if rho.empty and agree.empty: return [], []
     return (['## Beyond the paper: what each surgery does to the hidden states (ta-0.5, held-out text)', '',
              'rho_L1 (Eq. 7, %): the share of the L1 bias to the expert that the module removes.', '', md_table(rho), '',

@@ -67,3 +67,9 @@ def test_rows_line_up_with_the_published_tables():
         if ab.paper: assert {l for l, _ in ab.arms} <= set(paper_rows(ab.paper, ab.key).index), name
     t1 = paper_rows('table1', ('merge', 'surgery'))
     assert 'Task Arithmetic / DARTS' in t1.index and t1.loc['Task Arithmetic / DARTS', 'Avg (paper)'] == 42.3
+
+def test_surgery_summary(tmp_path, monkeypatch):
+    from darts_nb.experiments import surgery_summary
+    run = fake_run(tmp_path, monkeypatch, darts_gain=1.0)
+    (title, rho), = surgery_summary(run)  # the store has rho_L1 of DARTS only, no agreement rows
+    assert 'rho_L1' in title and list(rho.index) == ['DARTS'] and (rho.loc['DARTS'] == 20.).all()
