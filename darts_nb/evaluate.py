@@ -193,7 +193,14 @@ def results_path(run_dir: str|Path) -> Path:
 
 def _connect(path: Path) -> sqlite3.Connection:
     con = sqlite3.connect(str(path), timeout=60)
-    con.execute('PRAGMA journal_mode=WAL'); con.execute('PRAGMA synchronous=NORMAL')
+    for attempt in range(400):  # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
+        try:
+            if con.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal': con.execute('PRAGMA journal_mode=WAL')
+            break
+        except sqlite3.OperationalError as e:
+            if 'locked' not in str(e) or attempt == 399: raise
+            time.sleep(0.05)
+    con.execute('PRAGMA synchronous=NORMAL')
     cols = [f'{k} {t} NOT NULL DEFAULT {s!r}' for k, (t, s) in KEY_COLUMNS.items()]
     cols += [f'{k} {t}' for k, t in VALUE_COLUMNS.items()]
     con.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(cols)}, UNIQUE ({', '.join(KEY_COLUMNS)}))")
