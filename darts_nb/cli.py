@@ -10,13 +10,14 @@ import argparse, sys
 from dataclasses import replace
 
 # %% auto #0
-__all__ = ['DOMAIN_CHOICES', 'main']
+__all__ = ['main']
 
 # %% ../nbs/12_cli.ipynb #a19129b7
-DOMAIN_CHOICES = ('code', 'math', 'instruct')
-
 def _parser() -> argparse.ArgumentParser:
     from darts_nb.experiments import EXPERIMENTS
+    from darts_nb.domains import DOMAINS
+    from darts_nb.surgery import SURGERY_KINDS
+    from darts_nb.losses import LOSSES
     ap = argparse.ArgumentParser(prog='darts', description='DARTS: representation surgery for merged LLMs.')
     sub = ap.add_subparsers(dest='cmd', required=True, metavar='{zoo,merge,surgery,eval,report,run}')
     prof = dict(default='toy', help="'toy' (the built-in zoo, default), 'ci', 'llama2-7b', or a YAML file with base and experts")
@@ -30,14 +31,14 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser('surgery', help='train one surgery module on a merge and a domain, score it')
     s.add_argument('--profile', **prof); s.add_argument('--name', default='default', help='the run to record into')
     s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name (default ta-0.5)')
-    s.add_argument('--domain', default='math', choices=DOMAIN_CHOICES)
-    s.add_argument('--kind', default='position', choices=['standard', 'position', 'add', 'parallel'], help='position = DARTS')
-    s.add_argument('--loss', default='ewl1', choices=['l1', 'ewl1', 'kl', 'ce'])
+    s.add_argument('--domain', default='math', choices=DOMAINS)
+    s.add_argument('--kind', default='position', choices=list(SURGERY_KINDS), help='position = DARTS')
+    s.add_argument('--loss', default='ewl1', choices=list(LOSSES))
     s.add_argument('--rank', type=int, default=16); s.add_argument('--iters', type=int, default=500)
     s.add_argument('--lr', type=float, default=1e-3); s.add_argument('--seed', type=int, default=0, help='calibration seed')
     e = sub.add_parser('eval', help='score a checkpoint on the domains through lm-eval')
     e.add_argument('--model', required=True, help='a local checkpoint directory')
-    e.add_argument('--domains', nargs='*', default=list(DOMAIN_CHOICES), choices=DOMAIN_CHOICES)
+    e.add_argument('--domains', nargs='*', default=list(DOMAINS), choices=DOMAINS)
     e.add_argument('--limit', type=int, default=None, help='eval items per domain')
     e.add_argument('--profile', default='toy', choices=['toy', 'paper'], help='evaluation tasks: toy domains or the paper benchmarks')
     r = sub.add_parser('report', help='write runs/NAME/report.md and report.html from a run')

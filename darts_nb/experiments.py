@@ -41,7 +41,8 @@ class Arm:
 
     def __post_init__(self):
         from darts_nb.losses import LOSSES
-        kinds = ('none', 'standard', 'position', 'add', 'parallel')
+        from darts_nb.surgery import SURGERY_KINDS
+        kinds = ('none', *SURGERY_KINDS)
         if self.kind not in kinds: raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
         if self.loss not in LOSSES: raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
         for k in ('rank', 'iters', 'calib_n'):
@@ -603,8 +604,8 @@ def _mean_std(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{c: f'{df[c].mean():.1f} ± {df[c].std():.1f}' for c in df.columns}], index=['mean ± std'])
 
 def _plot_seeds(long: pd.DataFrame, path: Path) -> Path:
-    import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    from darts_nb.bias import _plt, _save
+    plt = _plt(); fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     avg = long.groupby(['method', 'seed']).score.mean().unstack(0)
     for m in avg.columns: axes[0].plot([_seed_label(s) for s in avg.index], avg[m], 'o-', label=m)
     axes[0].set(title='average score per calibration seed (ta-0.5)', xlabel='seed', ylabel='score (%)'); axes[0].legend()
@@ -612,7 +613,7 @@ def _plot_seeds(long: pd.DataFrame, path: Path) -> Path:
         tasks = list(DOMAINS)
         axes[1].scatter([tasks.index(t) + (i - 0.5) * 0.2 for t in g.task], g.score, label=m, alpha=0.8)
     axes[1].set_xticks(range(len(DOMAINS)), DOMAINS); axes[1].set(title='per task, one point per seed', ylabel='score (%)'); axes[1].legend()
-    fig.tight_layout(); fig.savefig(path, dpi=120); plt.close(fig)
+    fig.tight_layout(); _save(fig, path); plt.close(fig)
     return path
 
 def _sec_seeds(run: Run, figs: Path):
@@ -664,11 +665,11 @@ def _sec_seeds(run: Run, figs: Path):
 
 # %% ../nbs/11_experiments.ipynb #d430e42a
 def _plot_lr(t: pd.DataFrame, path: Path) -> Path:
-    import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.6)); lrs = [float(i) for i in t.index]
+    from darts_nb.bias import _plt, _save
+    plt = _plt(); fig, ax = plt.subplots(figsize=(6, 3.6)); lrs = [float(i) for i in t.index]
     for c in [*DOMAINS, 'avg']: ax.plot(lrs, t[c], 'o-', label=c, lw=2.5 if c == 'avg' else 1.2)
     ax.set(xscale='log', xlabel='learning rate', ylabel='score (%)', title='Figure 3: DARTS across learning rates (ta-0.5)'); ax.legend()
-    fig.tight_layout(); fig.savefig(path, dpi=120); plt.close(fig)
+    fig.tight_layout(); _save(fig, path); plt.close(fig)
     return path
 
 def _ablation_claims(name: str, t: pd.DataFrame, paper: pd.DataFrame|None) -> list[str]:
@@ -728,12 +729,13 @@ def _sec_cost(run: Run, figs: Path):
             [claim(bool(r <= 1.5), f"DARTS's training loop costs little more than Standard's: {r:.2f}x here (paper: 3.15 s / 2.40 s = 1.31x).")])
 
 def _sec_beyond(run: Run, figs: Path):
-    rho, agree = arm_metric(run, 'ta-0.5', SUMMARY_ARMS, 'rho_l1'), arm_metric(run, 'ta-0.5', SUMMARY_ARMS, 'argmax_agree')
-    if rho.empty and agree.empty: return [], []
-    return (['## Beyond the paper: what each surgery does to the hidden states (ta-0.5, held-out text)', '',
-             'rho_L1 (Eq. 7, %): the share of the L1 bias to the expert that the module removes.', '', md_table(rho), '',
-             "Next-token agreement (%): how often the corrected merged model's argmax through the expert's head equals the expert's own.", '',
-             md_table(agree), ''], [])
+    tables = surgery_summary(run)
+    if not tables: return [], []
+    lines = ['## Beyond the paper: what each surgery does to the hidden states (ta-0.5, held-out text)', '',
+             "rho_L1 (Eq. 7) is the share of the L1 bias to the expert that the module removes; next-token agreement is how often "
+             "the corrected merged model's argmax through the expert's head equals the expert's own.", '']
+    for title, t in tables: lines += [f'### {title}', '', md_table(t), '']
+    return lines, []
 
 # %% ../nbs/11_experiments.ipynb #d3fd97b8
 def _versions() -> dict:
