@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 # Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
 TEST_HOME := $(CURDIR)/.darts_home
 
-.PHONY: check-readme check-docs demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
+.PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/darts run --profile toy --name demo --quick
 
-test: $(STAMP) check-clean check-export check-readme check-docs zoo-ci nbtest pytest
+test: $(STAMP) check-clean check-export check-readme check-layout check-docs zoo-ci nbtest pytest
 
 # nbdev-clean and nbdev-export must change nothing: compare checksums before and after.
 check-clean: $(STAMP)
@@ -39,6 +39,10 @@ check-export: $(STAMP)
 
 check-readme: $(STAMP)
 	$(PY) tools/make_readme.py --check
+
+# no import cycle among the library's modules, none over 500 lines
+check-layout: $(STAMP)
+	$(PY) tools/check_layout.py
 
 # nbdev-docs' notebook processing (it executes exported and import cells), without quarto; output in _proc/.
 check-docs: $(STAMP)

@@ -69,7 +69,8 @@ def sync(device):
 
 
 def bench_train(cache, device, iters, repeats, batch_size=8, lr=1e-3):
-    from darts_nb.train import train_surgery, make_surgery
+    from darts_nb.train import train_surgery
+    from darts_nb.surgery import make_surgery
     best = {'train_surgery': 0., 'bare loop': 0.}; hists = {}
     for r in range(repeats):
         for name in (('train_surgery', 'bare loop') if r % 2 == 0 else ('bare loop', 'train_surgery')):
@@ -83,8 +84,7 @@ def bench_train(cache, device, iters, repeats, batch_size=8, lr=1e-3):
 
 
 def bench_generate(model, tok, prompts, device, new_tokens, repeats, batch=8):
-    from darts_nb.surgery import attach_surgery, detach_surgery
-    from darts_nb.train import make_surgery
+    from darts_nb.surgery import make_surgery, surgery
     if tok is not None:
         enc = tok(prompts[:batch], return_tensors='pt', padding=True).to(device)
     else:
@@ -102,10 +102,7 @@ def bench_generate(model, tok, prompts, device, new_tokens, repeats, batch=8):
     tps = {'plain': [], 'darts attached': []}
     for r in range(repeats):  # adjacent pairs, alternating which goes first: drift in machine load hits both
         for name in (('plain', 'darts attached') if r % 2 == 0 else ('darts attached', 'plain')):
-            if name == 'darts attached': attach_surgery(model, mod)
-            try: tps[name].append(run())
-            finally:
-                if name == 'darts attached': detach_surgery(model)
+            with surgery(model, mod if name == 'darts attached' else None): tps[name].append(run())
     return tps
 
 

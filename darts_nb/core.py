@@ -1,4 +1,4 @@
-"""Paths, seeding, devices and dtypes, final hidden states and token entropy.
+"""Paths, seeding, devices and dtypes, final hidden states, token entropy, hashes and atomic writes.
 
 Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
@@ -6,7 +6,8 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
-import os, random, hashlib, json
+import os, random, hashlib, json, secrets, shutil, ctypes
+from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
 import torch
@@ -14,8 +15,9 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
-           'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'tmp_sibling', 'commit_dir',
-           'in_notebook', 'write_json']
+           'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
+           'tmp_sibling', 'atomic_path', 'atomic_write', 'write_json', 'pyplot', 'save_figure', 'in_notebook',
+           'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -121,27 +123,99 @@ def stable_hash(obj, # any JSON-serialisable object
     "A short, order-stable SHA-256 of `obj`'s JSON form."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
-def tmp_sibling(path: Path) -> Path:
-    "A fresh temporary path next to `path` (same filesystem, so a rename is atomic)."
+# %% ../nbs/00_core.ipynb #3841b1d8
+def path_fingerprint(path: str|Path # a checkpoint directory, a file, or a hub id
+                    ) -> str:
+    "The absolute path plus a hash of the files' names, sizes and modification times; a non-local name as given."
+    p = Path(path).expanduser()
+    if not p.exists(): return str(path)
+    p = p.absolute()
+    files = sorted(f for f in p.rglob('*') if f.is_file()) if p.is_dir() else [p]
+    return f'{p}#' + stable_hash([(f.name if f == p else str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in files])
+
+# %% ../nbs/00_core.ipynb #5b0c1a02
+def tmp_sibling(path: str|Path # the final file or directory
+               ) -> Path:
+    "A fresh, unique temporary path next to `path` (same filesystem, so a rename is atomic), with `path`'s suffix."
     path = Path(path)
-    return path.with_name(f'.{path.name}.tmp-{os.getpid()}-{random.getrandbits(32):08x}')
+    return path.with_name(f'.{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}')
 
-def commit_dir(tmp: Path, final: Path) -> Path:
-    "Move a completed temporary directory `tmp` into place at `final` (replacing nothing finished)."
-    import shutil
-    final = Path(final)
-    if final.exists():  # another process finished first: keep its result
-        shutil.rmtree(tmp, ignore_errors=True); return final
+# %% ../nbs/00_core.ipynb #5b0c1a04
+def _rmtree(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink(): shutil.rmtree(p, ignore_errors=True)
+    elif p.exists() or p.is_symlink(): p.unlink(missing_ok=True)
+
+def _exchange(a: Path, b: Path) -> bool:
+    "Swap two existing paths atomically with Linux's renameat2(RENAME_EXCHANGE); False where unavailable."
+    try: fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError): return False
+    return fn(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+
+def _swap(tmp: Path, final: Path) -> None:
+    "Put `tmp` at `final`, replacing whatever is there; the old content is removed afterwards."
+    if not final.exists(): os.replace(tmp, final); return
+    if tmp.is_dir() or final.is_dir():
+        if not _exchange(tmp, final):
+            old = tmp_sibling(final); os.replace(final, old); os.replace(tmp, final); tmp = old
+        _rmtree(tmp); return
     os.replace(tmp, final)
-    return final
 
+# %% ../nbs/00_core.ipynb #5b0c1a05
+@contextmanager
+def atomic_path(path: str|Path, # the final file or directory
+                replace: bool = True, # an existing `path` is replaced; False: it is kept and the new content discarded
+               ):
+    "Yield a unique temporary sibling of `path` to write into; when the block succeeds it is moved into place, on any error removed."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_sibling(path)
+    try:
+        yield tmp
+        if not (tmp.exists() or tmp.is_symlink()): raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
+        if replace or not path.exists(): _swap(tmp, path)
+    finally: _rmtree(tmp)
+
+def atomic_write(path: str|Path, # the file to write
+                 data: str|bytes, # its whole content
+                ) -> Path:
+    "Write `data` to `path` atomically (text as UTF-8); returns `path`."
+    with atomic_path(path) as tmp:
+        if isinstance(data, str): tmp.write_text(data, encoding='utf-8')
+        else: tmp.write_bytes(data)
+    return Path(path)
+
+def write_json(path: str|Path, # the file to write
+               obj, # any JSON-serialisable object (other values are written with `str`)
+              ) -> Path:
+    "Write `obj` as indented, key-sorted JSON to `path` atomically."
+    return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+# %% ../nbs/00_core.ipynb #5b0c1a09
+def pyplot():
+    "`matplotlib.pyplot`, with the Agg backend where there is no display and no inline backend."
+    import matplotlib
+    if not os.environ.get('DISPLAY') and 'inline' not in matplotlib.get_backend().lower(): matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+def save_figure(fig, # a matplotlib figure
+                path: str|Path|None, # a PNG (or any format matplotlib infers from the suffix); None: do nothing
+                dpi: int = 120, # resolution
+               ) -> Path|None:
+    "Write `fig` to `path` atomically; returns the path."
+    if path is None: return None
+    with atomic_path(path) as tmp: fig.savefig(tmp, dpi=dpi, bbox_inches='tight')
+    return Path(path)
+
+# %% ../nbs/00_core.ipynb #5b0c1a10
 def in_notebook() -> bool:
     "True inside a running IPython / Jupyter kernel (where `__name__` is also '__main__')."
     import sys
     return 'IPython' in sys.modules and sys.modules['IPython'].get_ipython() is not None
 
-def write_json(path: Path, obj) -> Path:
-    "Write `obj` as JSON to `path` atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_sibling(path); tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path); return path
+def check_choice(value, # the value given
+                 allowed, # the names it may take
+                 arg: str, # the argument's name, for the message
+                ):
+    "`value` if it is one of `allowed`, else a ValueError naming the argument, the value and the choices."
+    if value not in allowed: raise ValueError(f'{arg}={value!r} is not one of {list(allowed)}')
+    return value

@@ -2,8 +2,9 @@
 import json, warnings
 from pathlib import Path
 import pytest
-from darts_nb.evaluate import (evaluate_model, paper_split, paper_items, calib_eval_split, humaneval_program,
-                               run_code, toy_task_config)
+from darts_nb.evaluate import evaluate_model, humaneval_program, toy_task_config
+from darts_nb.benchmarks import paper_split, paper_items, calib_eval_split
+from darts_nb.sandbox import run_code
 
 @pytest.fixture(scope='module')
 def code_model():

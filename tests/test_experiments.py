@@ -2,9 +2,12 @@
 import os
 import pytest
 from dataclasses import replace
-from darts_nb.experiments import (Arm, DARTS, STANDARD_L1, NONE, PAPER_SEEDS, ABLATIONS, Run, make_run, run_all, write_report,
-                                  arm_scores, seed_frame, main_table, side_by_side, paper_rows)
-from darts_nb.evaluate import record
+from darts_nb.experiments import ABLATIONS, EXPERIMENTS, run_all, seed_frame, main_table
+from darts_nb.runs import Arm, DARTS, STANDARD_L1, NONE, PAPER_SEEDS, Run, make_run, arm_scores
+from darts_nb.report import side_by_side, paper_rows, write_report as render_report
+from darts_nb.store import record
+
+def write_report(run): return render_report(run, EXPERIMENTS)
 from darts_nb.zoo import Profile
 
 @pytest.mark.parametrize('kw,msg', [

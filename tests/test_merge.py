@@ -1,4 +1,4 @@
-"Bad input, interruption and resumption for darts_nb.merge (the lessons in 07_merge cover the happy path)."
+"Bad input, interruption and resumption for darts_nb.merge (the lessons in 09_merge cover the happy path)."
 import json
 import pytest
 from darts_nb.core import tiny_llama

@@ -2,7 +2,7 @@
 import os, socket, time, threading, secrets
 from pathlib import Path
 import pytest
-from darts_nb.evaluate import run_code, CodeResult
+from darts_nb.sandbox import run_code, CodeResult
 
 T = 2.0          # the per-program timeout used here
 SLACK = 2.5      # harness start-up + cleanup allowance on a loaded 2-core machine

@@ -30,7 +30,7 @@ def test_bad_input(call, exc, words):
 
 def test_store_end_to_end(tmp_path):
     "Rows recorded in the results store come back through scores_frame and the three analyses."
-    from darts_nb.evaluate import record, load_results
+    from darts_nb.store import record, load_results
     rows = [dict(role='surgered', surgery_kind=('darts' if r.method == 'a' else 'standard'), loss='l1',
                  seed=int(r.seed), domain=r.task, metric='score', value=float(r.score)) for r in GOOD.itertuples()]
     record(tmp_path/'run', rows)

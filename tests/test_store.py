@@ -3,7 +3,7 @@ import sqlite3, subprocess, sys, textwrap
 from pathlib import Path
 import pandas as pd
 import pytest
-from darts_nb.evaluate import record, load_results, results_path, RESULT_COLUMNS
+from darts_nb.store import record, load_results, results_path, RESULT_COLUMNS
 
 def test_roundtrip_columns(tmp_path):
     record(tmp_path/'r', domain='code', metric='pass@1', value=0.5, n=10, stderr=0.1, rank=8, lr=1e-3, seed=0)
@@ -68,7 +68,7 @@ def test_killed_writer_leaves_previous_state(tmp_path):
     # a writer that dies (os._exit) in the middle of a transaction
     code = textwrap.dedent(f"""
         import os, sqlite3
-        from darts_nb.evaluate import _connect, results_path
+        from darts_nb.store import _connect, results_path
         con = _connect(results_path({str(tmp_path)!r}))
         con.execute('BEGIN')
         con.execute("UPDATE results SET value = 99")
@@ -83,7 +83,7 @@ def test_killed_writer_leaves_previous_state(tmp_path):
     assert load_results(tmp_path)['value'].tolist() == [2.0]
 
 def test_concurrent_writers(tmp_path):
-    code = ("import sys\nfrom darts_nb.evaluate import record\n"
+    code = ("import sys\nfrom darts_nb.store import record\n"
             "for i in range(20): record(sys.argv[1], domain=sys.argv[2], metric='m', value=float(i), iters=i)")
     ps = [subprocess.Popen([sys.executable, '-c', code, str(tmp_path), d]) for d in ('a', 'b')]
     assert [p.wait() for p in ps] == [0, 0]

@@ -5,7 +5,8 @@ import torch
 from darts_nb.cache import HiddenCache
 from darts_nb.core import positions_from_mask
 from darts_nb.losses import l1_loss, ewl1_loss, kl_logits_loss, ce_distill_loss, get_loss, compute_loss, LOSSES
-from darts_nb.train import train_surgery, l1_reduction, argmax_agreement, batch_order, make_surgery
+from darts_nb.train import train_surgery, l1_reduction, argmax_agreement, batch_order
+from darts_nb.surgery import make_surgery
 
 
 class Shift(torch.nn.Module):
@@ -48,7 +49,7 @@ BAD = [  # (description, call, exception, text the message must contain)
     ('rho on identical states', lambda: l1_reduction(None, HiddenCache(cache().merged, cache().merged, cache().entropy, cache().mask)), ValueError, 'identical'),
     ('cache shapes', lambda: HiddenCache(torch.zeros(2, 3, 4), torch.zeros(2, 3, 5), torch.zeros(2, 3), torch.ones(2, 3)), ValueError, 'shapes'),
     ('split out of range', lambda: cache().split(99), ValueError, 'n:'),
-    ('unknown variant', lambda: make_surgery('wide', 4), ValueError, 'variant'),
+    ('unknown kind', lambda: make_surgery('wide', 4), ValueError, "kind='wide'"),
 ]
 
 

@@ -1,0 +1,36 @@
+"The darts command: no hidden costs (a report never builds a zoo, merge only merges), and the layout check itself."
+import os, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/'tools'))
+import check_layout
+
+def darts(*args, home):
+    env = {**os.environ, 'DARTS_HOME': str(home), 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'}
+    return subprocess.run([sys.executable, '-m', 'darts_nb.cli', *args], capture_output=True, text=True, env=env, cwd=ROOT)
+
+def test_report_of_a_missing_run_fails_at_once_and_builds_nothing(tmp_path):
+    r = darts('report', 'nosuchrun', home=tmp_path)
+    assert r.returncode != 0 and "run 'nosuchrun' does not exist" in r.stderr, r.stderr
+    assert not any(p.name.startswith('zoo') for p in tmp_path.iterdir())   # no zoo was built
+    assert not (tmp_path/'runs'/'nosuchrun').exists()
+
+def test_merge_merges_and_scores_nothing(monkeypatch):
+    from darts_nb.cli import main
+    from darts_nb.runs import run_dir
+    home = Path(os.environ['DARTS_HOME'])  # the test home: the ci zoo is built there by `make test`
+    assert main(['merge', '--profile', 'ci', '--quick', '--only', 'ta-0.5']) == 0
+    assert (home/'merges'/'ci'/'ta-0.5'/'merge.yaml').exists()
+    assert not (run_dir('merge')/'results.sqlite').exists() and not (run_dir('merge')/'run.json').exists()
+
+def test_only_without_names_is_refused(capsys):
+    from darts_nb.cli import main
+    with pytest.raises(SystemExit) as e: main(['run', '--only'])
+    assert e.value.code == 2 and 'expected at least one argument' in capsys.readouterr().err
+
+def test_the_library_has_no_import_cycle():
+    assert check_layout.find_cycle(check_layout.graph()) is None
+    assert check_layout.find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}) == ['a', 'b', 'c', 'a']  # the check can fail
+    assert check_layout.main([]) == 0
