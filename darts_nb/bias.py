@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 from .core import positions_from_mask, pyplot, save_figure
+from .surgery import apply_surgery
 
 # %% auto #0
 __all__ = ['token_bias', 'synthetic_cache', 'align_positions', 'bias_by_position', 'bias_trend', 'bias_heatmap',
@@ -26,7 +27,7 @@ def _check_cache(cache, who: str):
     if tuple(k.shape) != tuple(m.shape[:2]): raise ValueError(f'{who}: cache.mask has shape {tuple(k.shape)}; expected N x T = {tuple(m.shape[:2])}')
 
 def token_bias(cache, # a HiddenCache, or any object with merged/target (N x T x H) and mask (N x T)
-               module: torch.nn.Module|None = None, # surgery module applied to h^M as module(h, positions)
+               module: torch.nn.Module|None = None, # surgery module applied to h^M as module(h, positions, ids)
                chunk_size: int = 8, # samples per chunk
               ) -> torch.Tensor:
     "Eq. 2: ||h^M - h^k||_1 / H per sample and position (N x T float32, NaN at pads)."
@@ -40,9 +41,10 @@ def token_bias(cache, # a HiddenCache, or any object with merged/target (N x T x
             hm, ht = torch.as_tensor(cache.merged[i:i + chunk_size]), torch.as_tensor(cache.target[i:i + chunk_size])
             mk = mask[i:i + chunk_size].to(ht.device)
             if module is not None:
-                pos = positions_from_mask(mk)
-                if p0 is not None: hm, pos = hm.to(p0.device, p0.dtype), pos.to(p0.device)
-                hm = module(hm, pos).to(ht.device)
+                pos, ids = positions_from_mask(mk), getattr(cache, 'ids', None)
+                ids = None if ids is None else ids[i:i + chunk_size]
+                if p0 is not None: hm, pos, ids = hm.to(p0.device, p0.dtype), pos.to(p0.device), None if ids is None else ids.to(p0.device)
+                hm = apply_surgery(module, hm, pos, ids).to(ht.device)
             d = (hm.float() - ht.float()).abs().sum(-1) / H
             out[i:i + chunk_size] = torch.where(mk, d, torch.nan).cpu()
     return out

@@ -15,7 +15,8 @@ from fastcore.basics import patch
 from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, atomic_path, darts_home, path_fingerprint
 
 # %% auto #0
-__all__ = ['TENSORS', 'META', 'HiddenCache', 'check_pair', 'build_cache', 'cache_path', 'get_or_build_cache']
+__all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'check_pair', 'token_kinds', 'build_cache', 'cache_path',
+           'get_or_build_cache']
 
 # %% ../nbs/06_cache.ipynb #fb2bc3b4
 @dataclass
@@ -26,13 +27,25 @@ class HiddenCache:
     entropy: torch.Tensor # N x T float32, expert next-token entropy (nats)
     mask: torch.Tensor # N x T bool, real tokens
     meta: dict = field(default_factory=dict) # provenance: model paths, prompt hash, max_len, vocab hash
+    ids: torch.Tensor|None = None # N x T token ids (the token-table control trains on them)
+    kinds: torch.Tensor|None = None # N x T int8 token kinds, codes of TOKEN_KINDS (None: not known)
 
     def __post_init__(self):
         if self.merged.shape != self.target.shape or self.merged.dim() != 3:
             raise ValueError(f"merged/target: expected equal N x T x H shapes, got {tuple(self.merged.shape)} and {tuple(self.target.shape)}")
-        if self.entropy.shape != self.merged.shape[:2] or self.mask.shape != self.merged.shape[:2]:
-            raise ValueError(f"entropy/mask: expected shape {tuple(self.merged.shape[:2])}, got {tuple(self.entropy.shape)} and {tuple(self.mask.shape)}")
+        for name in ('entropy', 'mask', 'ids', 'kinds'):
+            t = getattr(self, name)
+            if t is not None and t.shape != self.merged.shape[:2]:
+                raise ValueError(f"{name}: expected shape {tuple(self.merged.shape[:2])} (N x T), got {tuple(t.shape)}")
         self.mask = self.mask.bool()
+
+    def tensors(self) -> dict:
+        "The cache's tensors by name (the optional ids and kinds when present)."
+        return {k: getattr(self, k) for k in ('merged', 'target', 'entropy', 'mask', 'ids', 'kinds') if getattr(self, k) is not None}
+
+    def _with(self, fn) -> HiddenCache:
+        "A cache whose every tensor is `fn(tensor)`."
+        return HiddenCache(meta=dict(self.meta), **{k: fn(t) for k, t in self.tensors().items()})
 
     def __len__(self): return self.merged.shape[0]
     @property
@@ -41,15 +54,14 @@ class HiddenCache:
     def n_positions(self) -> int: return int(self.mask.sum())
     @property
     def nbytes(self) -> int:
-        "Bytes held by the four tensors."
-        return sum(t.numel() * t.element_size() for t in (self.merged, self.target, self.entropy, self.mask))
+        "Bytes held by the tensors."
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
 
     def __getitem__(self, idx):
         "A sub-cache of the prompts `idx` (int, slice, list or index tensor)."
         if isinstance(idx, int): idx = [idx]
         if isinstance(idx, (list, tuple)): idx = torch.as_tensor(idx, dtype=torch.long)
-        sub = lambda t: t[idx.to(t.device) if isinstance(idx, torch.Tensor) else idx]
-        return HiddenCache(sub(self.merged), sub(self.target), sub(self.entropy), sub(self.mask), dict(self.meta))
+        return self._with(lambda t: t[idx.to(t.device) if isinstance(idx, torch.Tensor) else idx])
 
     def split(self, n: int # prompts in the first part
              ) -> tuple[HiddenCache, HiddenCache]:
@@ -59,7 +71,7 @@ class HiddenCache:
 
     def to(self, device) -> HiddenCache:
         "The same cache on `device`."
-        return HiddenCache(*(t.to(device) for t in (self.merged, self.target, self.entropy, self.mask)), dict(self.meta))
+        return self._with(lambda t: t.to(device))
 
     @property
     def device(self) -> torch.device: return self.merged.device
@@ -87,7 +99,7 @@ def save(self: HiddenCache, path: str|Path # a directory (created; an existing c
     path = Path(path).expanduser().absolute()
     with atomic_path(path) as tmp:
         tmp.mkdir()
-        save_file({k: getattr(self, k).detach().contiguous().cpu() for k in ('merged', 'target', 'entropy', 'mask')}, str(tmp/TENSORS))
+        save_file({k: t.detach().contiguous().cpu() for k, t in self.tensors().items()}, str(tmp/TENSORS))
         (tmp/META).write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str))
     return path
 
@@ -100,8 +112,7 @@ def load(cls: HiddenCache, path: str|Path, # a directory written by `HiddenCache
     from safetensors.torch import load_file
     path = Path(path).expanduser().absolute()
     if not (path/TENSORS).exists() or not (path/META).exists(): raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})")
-    t = load_file(str(path/TENSORS), device=str(default_device(device)))
-    return cls(t['merged'], t['target'], t['entropy'], t['mask'], json.loads((path/META).read_text()))
+    return cls(meta=json.loads((path/META).read_text()), **load_file(str(path/TENSORS), device=str(default_device(device))))
 
 # %% ../nbs/06_cache.ipynb #7a617dda
 def _vocab_hash(tokenizer) -> str:
@@ -125,6 +136,23 @@ def check_pair(merged, # the merged model
     if target_tokenizer is not None and tokenizer is not None and _vocab_hash(tokenizer) != _vocab_hash(target_tokenizer):
         raise ValueError("tokenizer and target_tokenizer have different vocabularies")
 
+# %% ../nbs/06_cache.ipynb #7a617d05
+TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')
+
+def token_kinds(offsets: list[tuple[int, int]], # (start, end) characters of each token (a fast tokenizer's offset mapping)
+                spans: list[tuple[int, int, str]], # (start, end, kind) character spans of the text
+                real: list[bool]|None = None, # per token, False for padding
+               ) -> list[int]:
+    "The code (index in TOKEN_KINDS) of each token's kind."
+    bad = sorted({k for _, _, k in spans} - set(TOKEN_KINDS))
+    if bad: raise ValueError(f'spans: kind(s) {bad} are not in TOKEN_KINDS {TOKEN_KINDS}')
+    codes = [(a, b, TOKEN_KINDS.index(k)) for a, b, k in spans]
+    out = []
+    for j, (s, e) in enumerate(offsets):
+        if real is not None and not real[j]: out.append(0); continue
+        out.append(max([c for a, b, c in codes if s < b and e > a] + [1]))
+    return out
+
 # %% ../nbs/06_cache.ipynb #7a617d03
 @torch.no_grad()
 def build_cache(merged, # the merged model M (frozen)
@@ -138,8 +166,9 @@ def build_cache(merged, # the merged model M (frozen)
                 target_tokenizer=None, # the expert's tokenizer, if separate: must have the same vocabulary
                 chunk_size: int = 1024, # positions per entropy chunk
                 progress: bool = True, # show a tqdm bar
+                spans: list|None = None, # per prompt, (start, end, kind) character spans: the cache labels every token's kind
                ) -> HiddenCache:
-    "Run both frozen models once over `prompts`; returns their final hidden states, the expert's entropy and the mask."
+    "Run both frozen models once over `prompts`; returns their final hidden states, the expert's entropy, the mask and the ids."
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise TypeError("prompts: expected a list of strings")
     if len(prompts) == 0: raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
@@ -149,7 +178,8 @@ def build_cache(merged, # the merged model M (frozen)
     if tokenizer.pad_token is None:
         tokenizer = copy.copy(tokenizer); tokenizer.pad_token = tokenizer.eos_token
     dev = default_device(device)
-    enc = tokenizer(list(prompts), return_tensors='pt', padding=True, truncation=True, max_length=max_len)
+    if spans is not None and len(spans) != len(prompts): raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
+    enc = tokenizer(list(prompts), return_tensors='pt', padding=True, truncation=True, max_length=max_len, return_offsets_mapping=spans is not None)
     ids, am = enc['input_ids'], enc['attention_mask']
     if not am.bool().any(dim=1).all(): raise ValueError("prompts: some prompts tokenize to zero tokens")
     N, T, H = ids.shape[0], ids.shape[1], merged.config.hidden_size
@@ -168,7 +198,9 @@ def build_cache(merged, # the merged model M (frozen)
             out[key][i:i+batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.)
     meta = dict(merged=_name(merged), target=_name(target), prompt_hash=stable_hash(list(prompts)), n_prompts=N,
                 max_len=max_len, vocab_hash=_vocab_hash(tokenizer), padding_side=tokenizer.padding_side, dtype=str(dtype))
-    return HiddenCache(out['merged'], out['target'], out['entropy'], am.bool().to(dev), meta)
+    kinds = None if spans is None else torch.tensor([token_kinds(o.tolist(), sp, m.bool().tolist()) for o, sp, m in zip(enc['offset_mapping'], spans, am)],
+                                                    dtype=torch.int8, device=dev)
+    return HiddenCache(out['merged'], out['target'], out['entropy'], am.bool().to(dev), meta, ids.to(dev), kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
 def cache_path(merged_path: str|Path, # the merged model's directory
@@ -177,9 +209,11 @@ def cache_path(merged_path: str|Path, # the merged model's directory
                max_len: int = 512, # T_max
                dtype: torch.dtype = torch.bfloat16, # storage dtype
                root: str|Path|None = None, # default: $DARTS_HOME/caches
+               spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
               ) -> Path:
-    "Where the cache of this (merged, expert, prompts, max_len, dtype) lives."
-    key = stable_hash([path_fingerprint(merged_path), path_fingerprint(target_path), stable_hash(list(prompts)), int(max_len), str(dtype)])
+    "Where the cache of this (merged, expert, prompts, spans, max_len, dtype) lives."
+    key = stable_hash([path_fingerprint(merged_path), path_fingerprint(target_path), stable_hash(list(prompts)), int(max_len), str(dtype)]
+                      + ([stable_hash(spans)] if spans is not None else []))
     return (Path(root) if root is not None else darts_home()/'caches')/f'cache-{key}'
 
 # %% ../nbs/06_cache.ipynb #fb485277
@@ -193,9 +227,10 @@ def get_or_build_cache(merged_path: str|Path, # the merged model's directory
                        root: str|Path|None = None, # default: $DARTS_HOME/caches
                        progress: bool = True, # show a tqdm bar
                        models=None, # path -> (model, tokenizer); default: load from disk onto `device`
+                       spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
                       ) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (loading both models) and save it."
-    path = cache_path(merged_path, target_path, prompts, max_len, dtype, root)
+    path = cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans)
     if (path/META).exists():
         c = HiddenCache.load(path, device=device)
         if c.meta.get('prompt_hash') == stable_hash(list(prompts)) and c.meta.get('max_len') == max_len: return c
@@ -204,7 +239,7 @@ def get_or_build_cache(merged_path: str|Path, # the merged model's directory
         from darts_nb.zoo import load_model
         models = lambda p: load_model(p, device=dev)
     (m, tok), (t, ttok) = models(merged_path), models(target_path)
-    c = build_cache(m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress)
+    c = build_cache(m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress, spans=spans)
     c.meta.update(merged_path=str(merged_path), target_path=str(target_path))
     c.save(path)
     return c

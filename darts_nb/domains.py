@@ -1,4 +1,4 @@
-"""The built-in `code`, `math` and `instruct` domains: seeded generators, disjoint splits, checkers.
+"""The built-in `code`, `math` and `instruct` domains: seeded generators with labelled spans, few-shot contexts, disjoint splits, checkers.
 
 Docs: https://darts-nb.github.io/darts_nb/domains.html.md"""
 
@@ -6,14 +6,16 @@ Docs: https://darts-nb.github.io/darts_nb/domains.html.md"""
 
 # %% ../nbs/02_domains.ipynb #b4d8a9cb
 from __future__ import annotations
-import json, random, re, difflib
+import json, random, re
 from pathlib import Path
 from .core import stable_hash, check_choice, atomic_write
 
 # %% auto #0
-__all__ = ['DOMAINS', 'METRICS', 'GEN_TOKENS', 'SPLITS', 'SPLIT_SIZES', 'WORDS', 'NAMES', 'THINGS', 'GENERATORS', 'POOL_SIZE',
-           'code_item', 'math_item', 'instruct_item', 'make_pool', 'load_split', 'extract_completion', 'math_answer',
-           'similarity', 'judge', 'code_program', 'score_completion', 'training_text', 'export_jsonl', 'split_hash']
+__all__ = ['DOMAINS', 'METRICS', 'GEN_TOKENS', 'SPLITS', 'SPLIT_SIZES', 'CONTEXT_CHARS', 'WORDS', 'NAMES', 'THINGS',
+           'INSTRUCT_TEMPLATES', 'GENERATORS', 'POOL_SIZE', 'CALIB_TEXTS', 'Spanned', 'code_item', 'math_item',
+           'instruct_item', 'make_pool', 'shot', 'with_context', 'load_split', 'extract_completion', 'math_answer',
+           'instruct_grade', 'judge', 'code_program', 'score_completion', 'training_text', 'calibration_text',
+           'text_spans', 'export_jsonl', 'split_hash']
 
 # %% ../nbs/02_domains.ipynb #5c0443e5
 DOMAINS = ('code', 'math', 'instruct')
@@ -21,73 +23,105 @@ METRICS = {'code': 'pass@1', 'math': 'exact_match', 'instruct': 'win_rate'}  # e
 GEN_TOKENS = {'code': 32, 'math': 48, 'instruct': 32}  # greedy generation budget of the toy domains
 SPLITS = ('train', 'calib', 'eval')
 SPLIT_SIZES = {'calib': 50, 'eval': 150}  # train takes the rest of the pool
+CONTEXT_CHARS = 1100  # the longest few-shot context, in characters (about 420 tokens of the toy tokenizer)
 WORDS = ('apple bird cat dog egg fish goat hat ink jam kite lamp moon nest owl pen queen rose sun tree '
          'vase wolf box yak zebra bell cake door frog gold hill iron jar king leaf milk nose oak pig '
          'rain ship toy unit van wind fox yarn zinc ball cup drum fork gate harp ice key lion map').split()
 NAMES = 'Ann Bob Cat Dan Eve Fay Gus Hal Ida Jon Kim Lee Max Ned Oli Pam Ray Sam Tom Uma'.split()
 THINGS = 'apples pens books coins cards stones shells cups eggs toys'.split()
 
+# %% ../nbs/02_domains.ipynb #07556cb7
+class Spanned:
+    "A string built piece by piece, with the (start, end, kind) character span of each labelled piece."
+    def __init__(self): self.parts, self.spans = [], []
+    def add(self, s: str, # the next piece
+            kind: str|None = None, # its kind ('slot', 'decision'), or None for plain text
+           ) -> Spanned:
+        start = len(self.text); self.parts.append(s)
+        if kind: self.spans.append((start, start + len(s), kind))
+        return self
+    @property
+    def text(self) -> str: return ''.join(self.parts)
+
 # %% ../nbs/02_domains.ipynb #1a5e6aea
-_CODE_OPS = [  # (docstring, arg, body, test inputs)
-    ('Return x plus {k}.', 'x', 'return x + {k}', lambda k: [0, 3, 11]),
-    ('Return x minus {k}.', 'x', 'return x - {k}', lambda k: [0, 9, 20]),
-    ('Return x times {k}.', 'x', 'return x * {k}', lambda k: [1, 4, 7]),
-    ('Return True if x is greater than {k}.', 'x', 'return x > {k}', lambda k: [k - 1, k, k + 1]),
-    ('Return the first {k} items of s.', 's', 'return s[:{k}]', lambda k: [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]),
-    ('Return s without its first {k} items.', 's', 'return s[{k}:]', lambda k: [[9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]),
-    ('Return each item of s plus {k}.', 's', 'return [v + {k} for v in s]', lambda k: [[1, 2, 3], [5]]),
-    ('Return s repeated {k} times.', 's', 'return s * {k}', lambda k: [[1, 2], 'ab']),
-]
+_CODE_OPS = {'plus': ('+', 'Add a number to', lambda x, k: x + k), 'minus': ('-', 'Subtract a number from', lambda x, k: x - k),
+             'times': ('*', 'Multiply by a number', lambda x, k: x * k)}
 _FN_NAMES = 'calc step shift scale check pick keep bump grow trim make turn'.split()
 
-def code_item(rng: random.Random) -> dict:
-    "One `code` item: a signature plus docstring, the body, and unit tests."
-    doc, arg, body, inputs = rng.choice(_CODE_OPS)
-    k, name = rng.randint(1, 9), f'{rng.choice(_FN_NAMES)}_{rng.choice(WORDS)}'
-    prompt = f'def {name}({arg}):\n    """{doc.format(k=k)}"""'
-    target = f'\n    {body.format(k=k)}\n'
-    ref = eval(f'lambda {arg}: {body.format(k=k)[7:]}')
-    tests = '\n'.join(f'assert {name}({v!r}) == {ref(v)!r}' for v in inputs(k))
-    return dict(prompt=prompt, target=target, tests=tests, entry_point=name)
+def code_item(rng: random.Random # the generator's random source
+             ) -> dict:
+    "One `code` item: signature, docstring and example; the body; unit tests."
+    word = rng.choice(list(_CODE_OPS)); op, desc, f = _CODE_OPS[word]
+    k, name, infer, on_list = rng.randint(2, 9), f'{rng.choice(_FN_NAMES)}_{rng.choice(WORDS)}', rng.random() < 0.5, rng.random() < 0.5
+    arg, what = ('s', 'each item of s') if on_list else ('x', 'x')
+    q = Spanned().add(f'def {name}({arg}):\n    """')
+    if infer: q.add(f'{desc} {what}.' if word != 'times' else f'Multiply {what} by a number.')
+    else: q.add(f'Return {what} {word} ').add(str(k), 'slot').add('.')
+    x0 = [1, 2] if on_list else rng.randint(1, 9)
+    out = [f(v, k) for v in x0] if on_list else f(x0, k)
+    q.add(f'\n    >>> {name}({x0})\n    ').add(str(out), 'slot').add('\n    """')
+    t = Spanned().add('\n    return [v ' if on_list else '\n    return x ').add(op, 'decision').add(' ').add(str(k), 'decision')
+    t.add(' for v in s]\n' if on_list else '\n')
+    inputs = ([1, 2, 3], [5], []) if on_list else (0, 3, 11)
+    tests = '\n'.join(f'assert {name}({v!r}) == {([f(x, k) for x in v] if on_list else f(v, k))!r}' for v in inputs)
+    return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, tests=tests, entry_point=name)
 
 # %% ../nbs/02_domains.ipynb #1a5e6b02
-def math_item(rng: random.Random) -> dict:
+def math_item(rng: random.Random # the generator's random source
+             ) -> dict:
     "One `math` item: a two-step word problem and its chain of thought ending in `#### N`."
     name, thing = rng.choice(NAMES), rng.choice(THINGS)
     a, b = rng.randint(2, 9), rng.randint(2, 9)
+    q, t = Spanned().add('Question: ').add(name, 'slot').add(' has ').add(str(a), 'slot'), Spanned()
     if rng.random() < 0.5:
-        c = rng.randint(1, a + b - 1); r = a + b - c
-        q = f'{name} has {a} {thing}. {name} gets {b} more and then gives away {c}. How many {thing} does {name} have now?'
-        cot = f'{a} + {b} = {a + b}. {a + b} - {c} = {r}.'
+        c = rng.randint(1, a + b - 1); r, step = a + b - c, '-'
+        q.add(f' {thing}. {name} gets ').add(str(b), 'slot').add(' more and then gives away ').add(str(c), 'slot')
+        q.add(f'. How many {thing} does {name} have now?\nAnswer:')
     else:
-        c = rng.randint(2, 4); r = (a + b) * c
-        q = f'{name} has {a} {thing} and finds {b} more. Then the pile grows {c} times. How many {thing} are there?'
-        cot = f'{a} + {b} = {a + b}. {a + b} * {c} = {r}.'
-    return dict(prompt=f'Question: {q}\nAnswer:', target=f' {cot}\n#### {r}', answer=str(r))
+        c = rng.randint(2, 4); r, step = (a + b) * c, '*'
+        q.add(f' {thing} and finds ').add(str(b), 'slot').add(' more. Then the pile grows ').add(str(c), 'slot')
+        q.add(f' times. How many {thing} are there?\nAnswer:')
+    t.add(f' {a} + {b} = ').add(str(a + b), 'decision').add(f'. {a + b} {step} {c} = ').add(str(r), 'decision').add(f'.\n#### {r}')
+    return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, answer=str(r))
 
 # %% ../nbs/02_domains.ipynb #1a5e6b04
-def _instruct_case(rng: random.Random) -> tuple[str, str, str]:
-    "(instruction, reference response, baseline response) for one instruction template."
-    w, v = rng.sample(WORDS, 2)
-    k = rng.randint(2, 5)
-    a = rng.randint(1, 6); b = a + rng.randint(2, 5)
-    kind = rng.randrange(6)
-    if kind == 0: return f'Repeat the word {w} {k} times.', ' '.join([w] * k), ' '.join([w] * (k - 1))
-    if kind == 1: return f'Write the word {w} in capital letters.', w.upper(), w.capitalize()
-    if kind == 2: return f'List the numbers from {a} to {b}.', ', '.join(map(str, range(a, b + 1))), ', '.join(map(str, range(a, b)))
-    if kind == 3: return f'Join the words {w} and {v} with a dash.', f'{w}-{v}', f'{w} {v}'
-    if kind == 4: return f'What is the first letter of {w}?', f'The first letter of {w} is {w[0]}.', f'The letter is {w[-1]}.'
-    return f'Put {w} and {v} in alphabetical order.', ' '.join(sorted([w, v])), f'{w} {v}' if w > v else f'{v} {w}'
+_SHARED = [w for w in WORDS if sum(x[0] == w[0] for x in WORDS) >= 2]  # words whose first letter starts another word
+INSTRUCT_TEMPLATES = ('start', 'upper', 'repeat', 'count')
 
-def instruct_item(rng: random.Random) -> dict:
-    "One `instruct` item: an instruction, the reference response and a fixed baseline response."
-    ins, ref, base = _instruct_case(rng)
-    return dict(prompt=f'Instruction: {ins}\nResponse:', target=f' {ref}', baseline=f' {base}')
+def _instruct_case(rng: random.Random) -> tuple[Spanned, Spanned, dict, str]:
+    "(instruction, reference response, check, baseline response) for one instruction template."
+    q, t, kind = Spanned().add('Instruction: '), Spanned().add(' '), rng.choice(INSTRUCT_TEMPLATES)
+    w, v = rng.sample(_SHARED if kind == 'start' else WORDS, 2)
+    if kind == 'start':
+        x, y = (rng.choice([z for z in WORDS if z[0] == u[0] and z != u]) for u in (w, v))
+        q.add('Write a word that starts like ').add(w, 'slot').add(' and one that starts like ').add(v, 'slot').add('.')
+        t.add(x, 'decision').add(', ').add(y, 'decision')
+        return q, t, dict(kind=kind, words=[w, v]), f'{x}, {v}'
+    if kind == 'upper':
+        q.add('Write ').add(w, 'slot').add(' and ').add(v, 'slot').add(' in capital letters.')
+        t.add(w.upper(), 'decision').add(' AND ').add(v.upper(), 'decision')
+        return q, t, dict(kind=kind, words=[w, v]), f'{w.capitalize()} and {v.capitalize()}'
+    if kind == 'repeat':
+        k = rng.randint(2, 5)
+        q.add('Repeat the word ').add(w, 'slot').add(' ').add(str(k), 'slot').add(' times.'); t.add(' '.join([w] * (k - 1)) + ' ').add(w, 'decision')
+        return q, t, dict(kind=kind, word=w, k=k), ' '.join([w] * (k - 1))
+    a, b = len(w), len(v)
+    q.add('How many letters are in ').add(w, 'slot').add(' and ').add(v, 'slot').add('?')
+    t.add(f'{w} has ').add(str(a), 'decision').add(f', {v} has ').add(str(b), 'decision').add(', so ').add(str(a + b), 'decision').add('.')
+    return q, t, dict(kind=kind, words=[w, v]), f'{w} has {a}, {v} has {b}, so {a + b + 1}.'
+
+def instruct_item(rng: random.Random # the generator's random source
+                 ) -> dict:
+    "One `instruct` item: an instruction, the reference response, its check and a fixed baseline response."
+    q, t, check, base = _instruct_case(rng)
+    q.add('\nResponse:')
+    return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, check=check, baseline=' ' + base,
+                template=check['kind'])
 
 GENERATORS = {'code': code_item, 'math': math_item, 'instruct': instruct_item}
 
 # %% ../nbs/02_domains.ipynb #73344f6a
-POOL_SIZE = 1200
+POOL_SIZE = 1500
 
 def make_pool(domain: str, # one of DOMAINS
               n: int = POOL_SIZE, # unique items to draw
@@ -95,26 +129,50 @@ def make_pool(domain: str, # one of DOMAINS
              ) -> list[dict]:
     "`n` unique items of `domain`, each with a stable `id`."
     check_choice(domain, DOMAINS, 'domain')
-    rng, seen, items = random.Random(f'{domain}-{seed}'), set(), []
+    rng, seen, items, counts = random.Random(f'{domain}-{seed}'), set(), [], {}
+    quota = -(-n // len(INSTRUCT_TEMPLATES)) if domain == 'instruct' else n  # instruct templates in equal shares
     for _ in range(50 * n):
         it = GENERATORS[domain](rng)
-        if it['prompt'] in seen: continue
-        seen.add(it['prompt']); items.append({'id': f'{domain}-{len(items):04d}', 'domain': domain, **it})
+        t = it.get('template')
+        if it['query'] in seen or (t is not None and counts.get(t, 0) >= quota): continue
+        seen.add(it['query']); counts[t] = counts.get(t, 0) + 1
+        items.append({'id': f'{domain}-{len(items):04d}', 'domain': domain, **it})
         if len(items) == n: break
     return items
+
+def shot(item: dict # an item
+        ) -> str:
+    "An item as a solved example in a few-shot context."
+    return item['query'] + item['target'] + '\n\n'
+
+# %% ../nbs/02_domains.ipynb #73344f03
+def with_context(item: dict, # an item (its `query` and spans)
+                 shots: list[dict], # items to draw solved examples from (never the item's own split)
+                 rng: random.Random, # draws the context's length and its examples
+                 max_chars: int = CONTEXT_CHARS, # the longest context
+                ) -> dict:
+    "The item after a few-shot context: `context`, `prompt` (= context + query) and `spans` over prompt + target."
+    n, ctx = rng.randint(0, max_chars), ''
+    while len(ctx) + len(s := shot(rng.choice(shots))) <= n: ctx += s
+    prompt, c = ctx + item['query'], len(ctx)
+    spans = ([(0, c, 'context')] if c else []) + [(a + c, b + c, k) for a, b, k in item['query_spans']]
+    spans += [(len(prompt), len(prompt) + len(item['target']), 'answer')] + [(a + len(prompt), b + len(prompt), k) for a, b, k in item['target_spans']]
+    return {**item, 'context': ctx, 'prompt': prompt, 'spans': spans}
 
 # %% ../nbs/02_domains.ipynb #73344f02
 def load_split(domain: str, # one of DOMAINS
                split: str, # 'train', 'calib' or 'eval'
-               seed: int = 0, # the split seed (which items calibrate and evaluate)
+               seed: int = 0, # the split seed (which items calibrate and evaluate, and their contexts)
               ) -> list[dict]:
-    "The items of one split: dicts with at least `id`, `prompt` and `target`."
+    "The items of one split: dicts with at least `id`, `prompt`, `target` and `spans`."
     check_choice(split, SPLITS, 'split')
     pool = make_pool(domain)
     order = list(range(len(pool))); random.Random(seed).shuffle(order)
     nc, ne = SPLIT_SIZES['calib'], SPLIT_SIZES['eval']
-    idx = {'calib': order[:nc], 'eval': order[nc:nc + ne], 'train': order[nc + ne:]}[split]
-    return [pool[i] for i in idx]
+    train = [pool[i] for i in order[nc + ne:]]
+    if split == 'train': return [with_context(it, train, random.Random(0), 0) for it in train]
+    idx = order[:nc] if split == 'calib' else order[nc:nc + ne]
+    return [with_context(pool[i], train, random.Random(f'{seed}-{pool[i]["id"]}')) for i in idx]
 
 # %% ../nbs/02_domains.ipynb #71cbdbc3
 def extract_completion(domain: str, # one of DOMAINS
@@ -133,29 +191,45 @@ def extract_completion(domain: str, # one of DOMAINS
     return text.split('\n')[0]
 
 # %% ../nbs/02_domains.ipynb #71cbdb02
-def math_answer(text: str) -> str|None:
+def math_answer(text: str # a chain of thought ending in '#### N'
+               ) -> str|None:
     "The number after `####`, or None."
     m = re.search(r'####\s*(-?\d+)', text)
     return m.group(1) if m else None
 
-def similarity(a: str, b: str) -> float:
-    "Character-level similarity in [0, 1] (difflib ratio) of two stripped strings."
-    return difflib.SequenceMatcher(None, a.strip(), b.strip()).ratio()
+# %% ../nbs/02_domains.ipynb #71cbdb06
+def instruct_grade(check: dict, # an instruct item's `check`
+                   response: str, # a response (its first line)
+                  ) -> float:
+    "How well `response` follows the instruction, from 0 to 1."
+    r, kind = response.strip(), check['kind']
+    if kind == 'start':
+        got = [x.strip() for x in r.split(',')]
+        if len(got) != 2 or got[0] == got[1]: return 0.
+        return sum(x in WORDS and x[0] == w[0] and x != w for x, w in zip(got, check['words'])) / 2
+    if kind == 'upper':  # each word: 1 in capitals, 0.5 in another case
+        got = re.split(r'\s+and\s+', r, flags=re.IGNORECASE)
+        return sum(1. if x == w.upper() else 0.5 if x.lower() == w else 0. for x, w in zip(got, check['words'])) / 2 if len(got) == 2 else 0.
+    if kind == 'repeat':
+        ws = r.split()
+        return max(0., 1 - abs(len(ws) - check['k']) / check['k']) if ws and set(ws) == {check['word']} else 0.
+    (w, v), n = check['words'], [len(x) for x in check['words']]
+    m = re.fullmatch(rf"{re.escape(w)} has (\d+), {re.escape(v)} has (\d+), so (\d+)\.", r)
+    return 0. if m is None else sum(int(g) == x for g, x in zip(m.groups(), (*n, sum(n)))) / 3
 
-def judge(response: str, # the model's response
-          reference: str, # the reference response
-          baseline: str, # the fixed baseline response it competes with
+def judge(item: dict, # an instruct item (its `check` and `baseline`)
+          response: str, # the model's response
          ) -> float:
-    "Pairwise preference of `response` over `baseline`: 1 win, 0.5 tie, 0 loss, by closeness to `reference`."
-    r, b = similarity(response, reference), similarity(baseline, reference)
-    return 1.0 if r > b + 1e-9 else (0.5 if abs(r - b) <= 1e-9 else 0.0)
+    "Pairwise preference of `response` over the item's baseline: 1 win, 0.5 tie, 0 loss."
+    r, b = instruct_grade(item['check'], response), instruct_grade(item['check'], item['baseline'])
+    return 1.0 if r > b else 0.5 if r == b else 0.0
 
 # %% ../nbs/02_domains.ipynb #71cbdb03
 def code_program(item: dict, # a code item
                  completion: str, # the model's raw generation after the prompt
                 ) -> str:
-    "The program that passes iff the completion implements the item: prompt, body, then the tests."
-    return item['prompt'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
+    "The program that passes iff the completion implements the item: query, body, then the tests."
+    return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
 
 # %% ../nbs/02_domains.ipynb #71cbdb04
 def score_completion(domain: str, # one of DOMAINS
@@ -169,13 +243,29 @@ def score_completion(domain: str, # one of DOMAINS
         from darts_nb.sandbox import run_code
         return float(run_code(code_program(item, completion), timeout=timeout).passed)
     if domain == 'math': return float(math_answer(completion) == item['answer'])
-    return judge(extract_completion('instruct', completion), item['target'], item['baseline'])
+    return judge(item, extract_completion('instruct', completion))
 
 # %% ../nbs/02_domains.ipynb #3c782277
-def training_text(item: dict) -> str:
-    "The full text an expert is fine-tuned on: prompt followed by target."
+CALIB_TEXTS = ('prompt', 'prompt+reference')
+
+def training_text(item: dict # an item
+                 ) -> str:
+    "The full text of an item: prompt followed by target."
     return item['prompt'] + item['target']
 
+def calibration_text(item: dict, # an item
+                     mode: str = 'prompt', # 'prompt' (the paper's) or 'prompt+reference'
+                    ) -> str:
+    "What the surgery is calibrated on."
+    return item['prompt'] if check_choice(mode, CALIB_TEXTS, 'mode') == 'prompt' else training_text(item)
+
+def text_spans(item: dict, # an item with `spans`
+               text: str, # the item's prompt or full text
+              ) -> list[tuple[int, int, str]]:
+    "The item's spans that lie in `text` (cut at its end)."
+    return [(a, min(b, len(text)), k) for a, b, k in item['spans'] if a < len(text)]
+
+# %% ../nbs/02_domains.ipynb #3c782278
 def export_jsonl(domain: str, # one of DOMAINS
                  split: str, # a split name
                  path: str|Path, # output file (parents created)
@@ -189,4 +279,4 @@ def split_hash(domain: str, # one of DOMAINS
                seed: int = 0, # split seed
               ) -> str:
     "A short hash of a split's content, for cache keys."
-    return stable_hash([it['id'] for it in load_split(domain, split, seed)])
+    return stable_hash([[it['id'], it['prompt']] for it in load_split(domain, split, seed)])

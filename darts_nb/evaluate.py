@@ -74,6 +74,19 @@ def _tidy(out: dict, cfgs: dict) -> 'pd.DataFrame':
                              stderr=100 * float(se) if isinstance(se, (int, float)) else float('nan')))
     return pd.DataFrame(rows, columns=['domain', 'metric', 'value', 'n', 'stderr'])
 
+def _item_id(sample: dict) -> str:
+    "A scored item's id: the document's own (`id`, `task_id`) or its index in the task."
+    doc = sample.get('doc') or {}
+    return str(doc.get('id', doc.get('task_id', sample.get('doc_id'))))
+
+def _items(out: dict, cfgs: dict) -> 'pd.DataFrame':
+    "lm-eval's logged samples -> per-item rows of domain, metric, item, value (%)."
+    import pandas as pd
+    rows = [dict(domain=domain, metric=m['metric'], item=_item_id(s), value=100 * float(s[m['metric']]))
+            for domain, cfg in cfgs.items() for s in out.get('samples', {}).get(cfg['task'], [])
+            for m in cfg.get('metric_list', []) if isinstance(s.get(m['metric']), (int, float))]
+    return pd.DataFrame(rows, columns=['domain', 'metric', 'item', 'value'])
+
 # %% ../nbs/12_evaluate.ipynb #8ac06755
 PAPER_TASKS = {'code': 'darts_humaneval', 'math': 'darts_gsm8k', 'instruct': 'darts_alpacaeval'}
 
@@ -165,14 +178,14 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
                    batch_size: int = 8, # generation batch size
                    seed: int = 0, # split seed and sampling seed
                    max_new_tokens: int|None = None, # override every task's generation budget
-                   log_samples: bool = False, # keep per-item generations (in `df.attrs['samples']`)
+                   log_samples: bool = False, # keep lm-eval's samples (generations) in `df.attrs['samples']`
                    paths: dict|None = None, # paper profile: {domain: local benchmark file}
                    judge: str|None = None, # paper profile: alpaca_eval annotator config; None skips judging
                    out_dir: str|Path|None = None, # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
                    generator: str = 'darts_nb', # paper profile: the model's name in the AlpacaEval outputs
                    chat_template: bool = False, # apply the tokenizer's chat template to every prompt
                   ) -> 'pd.DataFrame':
-    "Score `model` with lm-eval: a tidy frame of domain, metric, value (%), n, stderr (%)."
+    "Score `model` with lm-eval: a tidy frame of domain, metric, value (%), n, stderr (%); per-item scores in `df.attrs['items']`."
     import logging
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
@@ -188,13 +201,13 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         out = simple_evaluate(model=lm, tasks=list(cfgs.values()), task_manager=tm, limit=limit,
-                              log_samples=log_samples or alpaca, random_seed=seed, numpy_random_seed=seed,
+                              log_samples=True, random_seed=seed, numpy_random_seed=seed,
                               torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1,  # closed-form stderr
                               apply_chat_template=chat_template)
     finally:
         lg.setLevel(lvl)
         if bars: dlog.enable_progress_bar()
-    df = _tidy(out, cfgs)
+    df, items = _tidy(out, cfgs), _items(out, cfgs)
     if alpaca:
         import pandas as pd
         df = df[~((df.domain == 'instruct') & (df.metric == 'generated'))].reset_index(drop=True)
@@ -203,5 +216,6 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
         res = judge_alpaca_eval(path, judge)
         if res: df = pd.concat([df, pd.DataFrame([dict(domain='instruct', metric='win_rate', **res)])], ignore_index=True)
         df.attrs['alpaca_eval_outputs'] = str(path)
+    df.attrs['items'] = items[~((items.domain == 'instruct') & (items.metric == 'generated'))].reset_index(drop=True)
     if log_samples: df.attrs['samples'] = out.get('samples', {})
     return df

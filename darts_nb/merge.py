@@ -246,7 +246,6 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
 def best_per_method(results: 'pd.DataFrame' # columns config, domain, score (one row per pair)
                    ) -> 'pd.DataFrame':
     "Per family, the configuration with the best mean score across domains (with its per-domain scores)."
-    import pandas as pd
     need = {'config', 'domain', 'score'}
     if not need <= set(results.columns): raise ValueError(f"results needs columns {sorted(need)}, got {list(results.columns)}")
     if results.empty: raise ValueError("results is empty")

@@ -6,28 +6,31 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import difflib, json
-from dataclasses import dataclass, asdict, replace, field
+import difflib, json, random
+from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, set_seed, write_json
-from .domains import DOMAINS, METRICS, load_split, training_text
+from .core import darts_home, set_seed, write_json, stable_hash, path_fingerprint
+from .domains import DOMAINS, METRICS, CALIB_TEXTS, load_split, with_context, training_text, calibration_text, text_spans
 from .zoo import get_profile, load_model, Profile
 from .merge import FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method
 from .losses import LOSSES
 from .surgery import SURGERY_KINDS, make_surgery, save_surgery, surgery
 from .cache import get_or_build_cache
-from .train import train_surgery, l1_reduction, argmax_agreement
-from .store import record, load_results, RESULT_COLUMNS
+from .train import train_surgery, argmax_agreement
+from .bias import token_bias
+from .store import record, load_results, load_items, RESULT_COLUMNS
+from .stats import bootstrap_stat
 from .evaluate import evaluate_model
 
 # %% auto #0
-__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm', 'run_dir', 'Run', 'make_run', 'open_run',
-           'recorded', 'score_into_store', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid',
-           'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges', 'calib_texts', 'domain_cache',
-           'run_arm', 'arms_over', 'arm_scores', 'arm_metric']
+__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm', 'run_dir', 'Run', 'models_key', 'make_run',
+           'open_run', 'recorded', 'score_into_store', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
+           'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges', 'calib_items',
+           'calib_texts', 'domain_cache', 'run_arm', 'arms_over', 'arm_scores', 'arm_stderr', 'arm_metric', 'arm_key',
+           'items_frame', 'arms_stat', 'paired_diff']
 
 # %% ../nbs/15_runs.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -40,10 +43,12 @@ class Arm:
     iters: int = 500  # training steps
     calib_n: int = 50  # calibration prompts
     seed: int = 0  # calibration seed (which prompts are drawn, and their order)
+    calib_text: str = 'prompt'  # 'prompt' (the paper's) or 'prompt+reference' (darts_nb.domains.CALIB_TEXTS)
 
     def __post_init__(self):
         kinds = ('none', *SURGERY_KINDS)
         if self.kind not in kinds: raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
+        if self.calib_text not in CALIB_TEXTS: raise ValueError(f"calib_text={self.calib_text!r}: expected one of {CALIB_TEXTS}")
         if self.loss not in LOSSES: raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
         for k in ('rank', 'iters', 'calib_n'):
             v = getattr(self, k)
@@ -54,19 +59,21 @@ class Arm:
         "The results-store columns that identify this arm."
         if self.kind == 'none': return dict(role='merged', surgery_kind='none')
         return dict(role='surgered', surgery_kind=self.kind, loss=self.loss, rank=self.rank, lr=self.lr, iters=self.iters,
-                    calib_n=self.calib_n, seed=self.seed)
+                    calib_n=self.calib_n, calib_text=self.calib_text, seed=self.seed)
 
     @property
     def label(self) -> str:
         "'none', or the module and the loss, as the paper's tables name them ('DARTS' for position + EWL1)."
         if self.kind == 'none': return 'none'
         if (self.kind, self.loss) == ('position', 'ewl1'): return 'DARTS'
-        return {'standard': 'Standard', 'position': 'Position', 'add': 'Add', 'parallel': 'Parallel'}[self.kind] + f' + {self.loss.upper()}'
+        names = {'standard': 'Standard', 'position': 'Position', 'add': 'Add', 'parallel': 'Parallel', 'token': 'Token table', 'shuffled': 'Shuffled positions'}
+        return names[self.kind] + f' + {self.loss.upper()}'
 
     @property
     def dirname(self) -> str:
         "The directory name of this arm's saved module."
-        return f"{self.kind}-{self.loss}-r{self.rank}-lr{self.lr}-it{self.iters}-n{self.calib_n}-s{self.seed}"
+        ref = '' if self.calib_text == 'prompt' else '-ref'
+        return f"{self.kind}-{self.loss}-r{self.rank}-lr{self.lr}-it{self.iters}-n{self.calib_n}{ref}-s{self.seed}"
 
 NONE, STANDARD_L1, STANDARD_EWL1, DARTS = Arm('none'), Arm('standard', 'l1'), Arm('standard', 'ewl1'), Arm('position', 'ewl1')
 PAPER_SEEDS = (0, 7, 29, 71, 164, 190)  # 'default' (0 here) and the five seeds of tables 4 and 14
@@ -85,6 +92,7 @@ class Run:
     quick: bool = False  # the quick sweep and ablation grids
     eval_limit: int|None = None  # eval items per domain (None: the whole eval split)
     device: str|None = None  # where models run (None: CUDA if available)
+    models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
     _models: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -103,6 +111,11 @@ class Run:
         return self._models[path]
 
 # %% ../nbs/15_runs.ipynb #9731f433
+def models_key(profile: Profile # a resolved profile
+              ) -> str:
+    "A short hash of the profile's checkpoints as they are now (`core.path_fingerprint`; a hub id as given)."
+    return stable_hash([path_fingerprint(p) for p in profile.paths.values()], 8)
+
 def _check_run_args(name, eval_limit):
     if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'): raise ValueError(f"name={name!r}: expected a plain directory name")
     if eval_limit is not None and (isinstance(eval_limit, bool) or not isinstance(eval_limit, int) or eval_limit < 1):
@@ -117,13 +130,14 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile."
     _check_run_args(name, eval_limit)
     prof = get_profile(profile)
-    meta = run_dir(name)/'run.json'
+    key, meta = models_key(prof), run_dir(name)/'run.json'
     if meta.exists():
-        old = json.loads(meta.read_text()).get('profile', {})
-        if (old.get('name'), old.get('base'), old.get('experts')) != (prof.name, prof.base, prof.experts):
-            raise ValueError(f"run {name!r} was made with profile {old.get('name')!r} ({meta}); use another name for profile {prof.name!r}")
-    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device)
-    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit))
+        old = json.loads(meta.read_text())
+        if old.get('profile', {}).get('name') != prof.name or old.get('models_key') != key:
+            raise ValueError(f"run {name!r} was made with other models (profile {old.get('profile', {}).get('name')!r}, models {old.get('models_key')!r}; "
+                             f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
+    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key)
+    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key))
     return run
 
 def open_run(name: str, # an existing run's name
@@ -135,7 +149,7 @@ def open_run(name: str, # an existing run's name
     if not meta.exists():
         raise FileNotFoundError(f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)")
     m = json.loads(meta.read_text())
-    return Run(name, Profile(**m['profile']), m.get('quick', False), m.get('eval_limit'), device)
+    return Run(name, Profile(**m['profile']), m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''))
 
 # %% ../nbs/15_runs.ipynb #49196aa2
 def recorded(run: Run, # the run
@@ -155,7 +169,7 @@ def score_into_store(run: Run, # the run
                     ) -> pd.DataFrame:
     "Evaluate `model` on `domains` through lm-eval and record the rows under `key`."
     df = evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit)
-    record(run.dir, df, profile=run.profile.name, **key)
+    record(run.dir, df, items=df.attrs['items'], profile=run.profile.name, **key)
     return df
 
 # %% ../nbs/15_runs.ipynb #49196aa3
@@ -188,8 +202,8 @@ def experts_table(run: Run # the run
 # %% ../nbs/15_runs.ipynb #519f5bf1
 def merges_dir(run: Run # the run
               ) -> Path:
-    "Where a profile's merges live (shared by the runs of that profile)."
-    return darts_home()/'merges'/run.profile.name
+    "Where a profile's merges live: shared by the runs of the same checkpoints, never by runs of other ones."
+    return darts_home()/'merges'/(f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
 
 def sweep_grid(run: Run # the run
               ) -> dict[str, dict]:
@@ -253,20 +267,32 @@ def best_merges(run: Run # the run
     return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
 
 # %% ../nbs/15_runs.ipynb #8adbd538
+def calib_items(domain: str, # one of DOMAINS
+                n: int = 50, # items wanted
+                seed: int = 0, # calibration seed: which items are drawn, and their order
+                split: str = 'calib', # 'calib', or 'eval' for held-out items
+               ) -> list[dict]:
+    "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100), training items with contexts."
+    items = load_split(domain, split, seed=0)
+    if split != 'calib': return items[:n]
+    if n > len(items):  # never from eval
+        train = load_split(domain, 'train', seed=0)
+        items = items + [with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[:n - len(items)]]
+    g = torch.Generator().manual_seed(seed)
+    return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
+
 def calib_texts(run: Run, # the run
                 domain: str, # one of DOMAINS
                 n: int = 50, # texts wanted
-                seed: int = 0, # calibration seed: which texts are drawn, and their order
+                seed: int = 0, # calibration seed
                 split: str = 'calib', # 'calib', or 'eval' for held-out text
-               ) -> list[str]:
-    "Calibration (or held-out) text of a domain: prompt + reference on the toy zoo, the prompt alone on the paper profile."
-    items = load_split(domain, split, seed=0)
-    if split == 'calib':  # beyond the 50 calibration items (Table 9's N=100), draw from train: never from eval
-        if n > len(items): items = items + load_split(domain, 'train', seed=0)[:n - len(items)]
-        g = torch.Generator().manual_seed(seed)
-        items = [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
-    else: items = items[:n]
-    return [training_text(it) for it in items] if run.eval_profile == 'toy' else [it['prompt'] for it in items]
+                mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
+               ) -> tuple[list[str], list|None]:
+    "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
+    items = calib_items(domain, n, seed, split)
+    if run.eval_profile != 'toy': return [it['prompt'] for it in items], None
+    texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
+    return texts, [text_spans(it, t) for it, t in zip(items, texts)]
 
 def domain_cache(run: Run, # the run
                  merge: str, # a merge of the run's sweep
@@ -274,17 +300,19 @@ def domain_cache(run: Run, # the run
                  split: str = 'calib', # 'calib' or 'eval' (held-out)
                  n: int = 50, # texts
                  seed: int = 0, # calibration seed
+                 mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                 ):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
-    return get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], calib_texts(run, domain, n, seed, split),
-                              max_len=512, device=run.device, progress=False, models=run.model)
+    texts, spans = calib_texts(run, domain, n, seed, split, mode)
+    return get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
+                              progress=False, models=run.model, spans=spans)
 
 # %% ../nbs/15_runs.ipynb #f0a1b2c2
 def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
     "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
-    cache = domain_cache(run, merge, domain, 'calib', arm.calib_n, arm.seed)
+    cache = domain_cache(run, merge, domain, 'calib', arm.calib_n, arm.seed, arm.calib_text)
     set_seed(arm.seed)
-    module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank).to(cache.device)
+    module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank, vocab_size=merged.config.vocab_size).to(cache.device)
     hist = train_surgery(module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False)
     module.eval()
     save_surgery(module, run.dir/'surgery'/merge/domain/arm.dirname, merged_model=str(merges_dir(run)/merge),
@@ -304,13 +332,17 @@ def run_arm(run: Run, # the run
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
     held = domain_cache(run, merge, domain, 'eval')
     n = int(held.mask.sum())
-    if arm.kind == 'none': module, rows = None, []
+    if arm.kind == 'none': module, rows, items = None, [], []
     else:
         module, final = _train_arm(run, merge, domain, arm, merged, head)
-        rows = [dict(metric='rho_l1', value=100 * l1_reduction(module, held), n=n), dict(metric='final_loss', value=final, n=arm.iters)]
+        before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)  # per held-out prompt: Eq. 7's sums
+        rows = [dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n), dict(metric='final_loss', value=final, n=arm.iters)]
+        ids = [it['id'] for it in calib_items(domain, len(held), split='eval')]
+        items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
     with surgery(merged, module): df = evaluate_model(merged, tok, [domain], profile=run.eval_profile, limit=run.eval_limit)
-    record(run.dir, rows + df.drop(columns=['domain']).to_dict('records'), profile=run.profile.name, **key)  # one transaction
+    record(run.dir, rows + df.drop(columns=['domain']).to_dict('records'), items=items + df.attrs['items'].drop(columns=['domain']).to_dict('records'),
+           profile=run.profile.name, **key)  # one transaction
     return recorded(run, **key)
 
 def arms_over(run: Run, # the run
@@ -325,19 +357,33 @@ def arms_over(run: Run, # the run
 # %% ../nbs/15_runs.ipynb #9f88b712
 def _labelled(arms): return arms if isinstance(arms, dict) else {a.label: a for a in arms}
 
+def _arm_column(run: Run, merge: str, arms, col: str) -> dict:
+    "label -> the task metric's `col` (value or stderr) per domain, for the arms that have run."
+    rows = {}
+    for label, a in _labelled(arms).items():
+        df = task_rows(run, merge_config=merge, **a.key())
+        if len(df): rows[label] = df.groupby('domain')[col].mean().reindex(list(DOMAINS))
+    return rows
+
 def arm_scores(run: Run, # the run
                merge: str, # the merged model
                arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list: labelled by `Arm.label`)
               ) -> pd.DataFrame:
     "Task score (%) per arm (rows) and domain (columns) on one merge, with the average; arms not yet run are left out."
-    rows = {}
-    for label, a in _labelled(arms).items():
-        df = recorded(run, merge_config=merge, **a.key())
-        df = df[df.metric.isin(list(METRICS.values()))] if len(df) else df
-        if len(df): rows[label] = df.groupby('domain').value.mean().reindex(list(DOMAINS))
+    rows = _arm_column(run, merge, arms, 'value')
     if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
     t = pd.DataFrame(rows).T
     return t.assign(avg=t.mean(axis=1, skipna=False))
+
+def arm_stderr(run: Run, # the run
+               merge: str, # the merged model
+               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list)
+              ) -> pd.DataFrame:
+    "The standard error (pp) of every cell of `arm_scores`."
+    rows = _arm_column(run, merge, arms, 'stderr')
+    if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
+    t = pd.DataFrame(rows).T.astype(float)
+    return t.assign(avg=(t ** 2).sum(axis=1, min_count=len(DOMAINS)) ** 0.5 / len(DOMAINS))
 
 def arm_metric(run: Run, # the run
                merge: str, # the merged model
@@ -349,3 +395,42 @@ def arm_metric(run: Run, # the run
             for l, a in _labelled(arms).items()}
     rows = {l: r for l, r in rows.items() if r.notna().any()}
     return pd.DataFrame(rows).T.rename_axis(columns=None) if rows else pd.DataFrame(columns=list(DOMAINS))
+
+# %% ../nbs/15_runs.ipynb #e71f5da6
+def arm_key(merge: str, # a merge of the sweep
+            arm: Arm, # an arm
+           ) -> dict:
+    "The store key of an arm's rows on a merge."
+    return dict(merge_config=merge, **arm.key())
+
+def items_frame(run: Run, # the run
+                keys: dict, # column label -> store key (dict of key columns)
+                domain: str, # one of DOMAINS
+               ) -> pd.DataFrame:
+    "Per-item task scores (%) of every key on one domain: rows the items all of them scored, a column per label."
+    cols = {l: load_items(run.dir, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean() for l, k in keys.items()}
+    return pd.DataFrame(cols).dropna()
+
+def _bootstrap(strata: dict, stat, **kw) -> dict:
+    strata = {s: f for s, f in strata.items() if len(f)}
+    return bootstrap_stat(strata, stat, **kw) if strata else dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
+
+def arms_stat(run: Run, # the run
+              merge: str, # the merge
+              arms: dict, # label -> Arm
+              stat, # stat(means: pd.Series indexed by label) -> float, e.g. lambda m: m.max() - m.min()
+              domains=DOMAINS, # averaged over
+              **kw, # n_boot, level, seed
+             ) -> dict:
+    "A statistic of the arms' average scores over the domains, with its bootstrap interval over items: est, lo, hi, n."
+    return _bootstrap({d: items_frame(run, {l: arm_key(merge, a) for l, a in arms.items()}, d) for d in domains}, stat, **kw)
+
+def paired_diff(run: Run, # the run
+                pairs: list[tuple[dict, dict]], # (key of a, key of b) pairs, e.g. (arm_key(m, DARTS), arm_key(m, NONE))
+                domains=DOMAINS, # averaged over
+                **kw, # n_boot, level, seed
+               ) -> dict:
+    "mean(a - b) on the items both scored, averaged over domains and pairs, with its interval: diff, lo, hi, n."
+    r = _bootstrap({(i, d): items_frame(run, {'a': ka, 'b': kb}, d) for i, (ka, kb) in enumerate(pairs) for d in domains},
+                   lambda m: m['a'] - m['b'], **kw)
+    return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])

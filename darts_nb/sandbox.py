@@ -92,6 +92,7 @@ def _live_pids(uid: int) -> list[int]:
 
 def _kill_uid(uid: int, wait: float = 2.0) -> None:
     "SIGKILL every process owned by `uid` (`kill -9 -1` as that uid), including ones that left the group."
+    if not _live_pids(uid): return  # the usual case: nothing outlived the run, no `kill` to spawn
     kill = shutil.which('kill', path='/usr/bin:/bin') or '/bin/kill'
     deadline = time.monotonic() + wait
     while True:

@@ -14,8 +14,9 @@ import pandas as pd
 from scipy import stats as sps
 
 # %% auto #0
-__all__ = ['LONG_COLUMNS', 'paper_tables', 'paper_table', 'scores_frame', 'check_long', 'long_frame', 'seed_means',
-           'compare_methods', 'paired_tests', 'mixed_effects', 'simulate_scores']
+__all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'scores_frame', 'check_long', 'long_frame', 'seed_means',
+           'compare_methods', 'paired_tests', 'mixed_effects', 'simulate_scores', 'bootstrap_stat',
+           'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'verdict', 'all_verdict', 'test_verdict']
 
 # %% ../nbs/14_stats.ipynb #8c01361c
 def paper_tables() -> dict:
@@ -200,3 +201,79 @@ def simulate_scores(effect: float = 0.0, # how much method 'a' adds to every sco
     rows = [dict(method=m, seed=s, task=t, score=mu[j] + shift[s] + (effect if m == 'a' else 0) + rng.normal(0, noise_sd))
             for m in ('a', 'b') for s in range(n_seeds) for j, t in enumerate(tasks)]
     return pd.DataFrame(rows)
+
+# %% ../nbs/14_stats.ipynb #5a7e0c02
+VERDICTS = ('AGREES', 'DISAGREES', 'INCONCLUSIVE', 'NOT MEASURED')
+
+def bootstrap_stat(strata: dict, # stratum -> DataFrame of per-item scores (rows: items, columns: arms)
+                   stat: Callable, # stat(means: pd.Series indexed by arm) -> float
+                   n_boot: int = 2000, # bootstrap resamples
+                   level: float = 0.95, # interval coverage
+                   seed: int = 0, # resampling seed
+                  ) -> dict:
+    "`stat` of the arms' means (per stratum, then over strata) with a percentile bootstrap interval: est, lo, hi, n."
+    rng, cols, est, boots, n = np.random.default_rng(seed), None, [], [], 0
+    for s, df in strata.items():
+        df = df.dropna()
+        if len(df) == 0: raise ValueError(f'bootstrap_stat: stratum {s!r} has no item scored by every arm')
+        cols = list(df.columns) if cols is None else cols
+        x = df[cols].to_numpy(dtype=float)
+        est.append(x.mean(0)); boots.append(x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)); n += len(x)
+    if not est: raise ValueError('bootstrap_stat: no strata')
+    e, b = np.mean(est, 0), np.mean(boots, 0)
+    vals = np.array([stat(pd.Series(r, index=cols)) for r in b])
+    q = (1 - level) / 2
+    return dict(est=float(stat(pd.Series(e, index=cols))), lo=float(np.quantile(vals, q)), hi=float(np.quantile(vals, 1 - q)), n=n)
+
+def stratified_paired_ci(pairs: dict, # stratum -> (a, b): two pd.Series of per-item scores indexed by item id
+                         **kw, # n_boot, level, seed
+                        ) -> dict:
+    "Mean over strata of mean(a - b) on the items both scored, with its bootstrap interval: diff, lo, hi, n."
+    r = bootstrap_stat({s: pd.DataFrame({'a': a, 'b': b}) for s, (a, b) in pairs.items()}, lambda m: m['a'] - m['b'], **kw)
+    return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])
+
+def paired_ci(a: pd.Series, # per-item scores of one side, indexed by item id
+              b: pd.Series, # per-item scores of the other side
+              **kw, # n_boot, level, seed
+             ) -> dict:
+    "mean(a - b) over the items both scored, with a percentile bootstrap interval: diff, lo, hi, n."
+    return stratified_paired_ci({'all': (a, b)}, **kw)
+
+# %% ../nbs/14_stats.ipynb #5a7e0c05
+def reduction_ci(before: np.ndarray, # per prompt, the summed bias before (Eq. 7's denominator terms)
+                 after: np.ndarray, # per prompt, the summed bias after
+                 n_boot: int = 2000, # bootstrap resamples
+                 level: float = 0.95, # interval coverage
+                 seed: int = 0, # resampling seed
+                ) -> dict:
+    "Eq. 7's `1 - sum(after) / sum(before)` with prompts resampled: est, lo, hi, n."
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(before), size=(n_boot, len(before)))
+    vals = 1 - after[idx].sum(1) / before[idx].sum(1)
+    q = (1 - level) / 2
+    return dict(est=float(1 - after.sum() / before.sum()), lo=float(np.quantile(vals, q)), hi=float(np.quantile(vals, 1 - q)), n=len(before))
+
+def verdict(lo: float, # lower end of the interval
+            hi: float, # upper end
+            expect: str = '>', # the paper's claim about the quantity: '>' (above `at`) or '<' (below)
+            at: float = 0.0, # the value the claim is about (0 for a difference)
+           ) -> str:
+    "AGREES / DISAGREES when the interval lies on one side of `at`, INCONCLUSIVE when it contains it."
+    if lo != lo or hi != hi: return 'NOT MEASURED'
+    above, below = lo > at, hi < at
+    if not (above or below): return 'INCONCLUSIVE'
+    return 'AGREES' if above == (expect == '>') else 'DISAGREES'
+
+def all_verdict(verdicts: list[str] # one verdict per part of a claim ("... in every family")
+               ) -> str:
+    "A claim about every part: AGREES when all parts agree, DISAGREES when any disagrees, else INCONCLUSIVE."
+    if not verdicts or 'NOT MEASURED' in verdicts: return 'NOT MEASURED'
+    return 'DISAGREES' if 'DISAGREES' in verdicts else 'AGREES' if set(verdicts) == {'AGREES'} else 'INCONCLUSIVE'
+
+def test_verdict(stat: float, # the test's statistic, signed as the claim (e.g. a coefficient)
+                 p: float, # its two-sided p-value
+                 alpha: float = 0.05, # significance level
+                ) -> str:
+    "The verdict of a significance test: AGREES / DISAGREES when p < alpha (by the sign), else INCONCLUSIVE."
+    if p != p: return 'NOT MEASURED'
+    return 'INCONCLUSIVE' if p >= alpha else 'AGREES' if stat > 0 else 'DISAGREES'

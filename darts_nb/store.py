@@ -10,18 +10,20 @@ import time, sqlite3, datetime
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'results_path', 'record', 'load_results']
+__all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'ITEM_COLUMNS', 'results_path', 'record',
+           'load_results', 'load_items']
 
 # %% ../nbs/10_store.ipynb #981a3601
 KEY_COLUMNS = {  # column -> (SQL type, sentinel for "absent")
     'run': ('TEXT', ''), 'profile': ('TEXT', ''), 'role': ('TEXT', ''), 'merge_config': ('TEXT', ''),
     'surgery_kind': ('TEXT', ''), 'loss': ('TEXT', ''), 'rank': ('INTEGER', -1), 'lr': ('REAL', -1.0),
-    'iters': ('INTEGER', -1), 'calib_n': ('INTEGER', -1), 'seed': ('INTEGER', -1),
+    'iters': ('INTEGER', -1), 'calib_n': ('INTEGER', -1), 'calib_text': ('TEXT', ''), 'seed': ('INTEGER', -1),
     'domain': ('TEXT', ''), 'metric': ('TEXT', ''),
 }
 VALUE_COLUMNS = {'value': 'REAL', 'n': 'INTEGER', 'stderr': 'REAL', 'timestamp': 'TEXT', 'version': 'TEXT'}
 RESULT_COLUMNS = tuple(KEY_COLUMNS) + tuple(VALUE_COLUMNS)
 RESULT_ROLES = ('', 'base', 'expert', 'merged', 'surgered')  # what a row scored
+ITEM_COLUMNS = tuple(KEY_COLUMNS) + ('item', 'value')  # one row per scored item: the paired comparisons need them
 
 # %% ../nbs/10_store.ipynb #e0a1b2c5
 def results_path(run_dir: str|Path) -> Path:
@@ -39,9 +41,13 @@ def _connect(path: Path) -> sqlite3.Connection:
             if 'locked' not in str(e) or attempt == 399: raise
             time.sleep(0.05)
     con.execute('PRAGMA synchronous=NORMAL')
-    cols = [f'{k} {t} NOT NULL DEFAULT {s!r}' for k, (t, s) in KEY_COLUMNS.items()]
-    cols += [f'{k} {t}' for k, t in VALUE_COLUMNS.items()]
-    con.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(cols)}, UNIQUE ({', '.join(KEY_COLUMNS)}))")
+    keys = [f'{k} {t} NOT NULL DEFAULT {s!r}' for k, (t, s) in KEY_COLUMNS.items()]
+    con.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(keys + [f'{k} {t}' for k, t in VALUE_COLUMNS.items()])}, UNIQUE ({', '.join(KEY_COLUMNS)}))")
+    con.execute(f"CREATE TABLE IF NOT EXISTS items ({', '.join(keys)}, item TEXT NOT NULL, value REAL, UNIQUE ({', '.join(KEY_COLUMNS)}, item))")
+    have = {r[1] for r in con.execute('PRAGMA table_info(results)')}
+    if missing := [k for k in RESULT_COLUMNS if k not in have]:
+        con.close()
+        raise ValueError(f'{path}: a results store of an older version (no column(s) {missing}); record into a new run name')
     return con
 
 # %% ../nbs/10_store.ipynb #e0a1b2c9
@@ -64,29 +70,44 @@ def _clean_row(row: dict, version: str, now: str) -> dict:
     return out
 
 # %% ../nbs/10_store.ipynb #5320561c
+def _as_rows(rows, who: str) -> list[dict]:
+    import pandas as pd
+    if rows is None: return []
+    if isinstance(rows, dict): return [rows]
+    if isinstance(rows, pd.DataFrame): return rows.to_dict('records')
+    if not isinstance(rows, (list, tuple)): raise TypeError(f'record: {who} must be a dict, list or DataFrame, got {type(rows).__name__}')
+    return list(rows)
+
+def _clean_item(row: dict) -> tuple:
+    "An item row as a tuple of ITEM_COLUMNS (its key through `_clean_row`'s checks)."
+    if row.get('item') in (None, ''): raise ValueError(f'record: every item row needs an item id, got {row!r}')
+    key = _clean_row({k: v for k, v in row.items() if k != 'item'}, '', '')
+    return tuple(key[k] for k in KEY_COLUMNS) + (str(row['item']), key['value'])
+
+def _upsert_sql(table: str, cols: list, values: list) -> str:
+    keys = list(KEY_COLUMNS) + (['item'] if table == 'items' else [])
+    return (f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ', '.join(f'{k}=excluded.{k}' for k in values))
+
 def record(run_dir: str|Path, # the run directory (created if missing); the table is run_dir/results.sqlite
            rows=None, # a dict, a list of dicts or a DataFrame of result rows; None: one row from `fields`
-           **fields, # column values; with `rows` they are defaults shared by every row
+           items=None, # per-item scores (rows with an `item` id and a `value`) stored beside the rows
+           **fields, # column values; with `rows` they are defaults shared by every row (and item)
           ) -> int:
-    "Upsert result rows keyed on their configuration; returns the number of rows written."
-    import pandas as pd
+    "Upsert result rows (and their items) keyed on their configuration, in one transaction; returns the number of rows."
     from darts_nb import __version__
-    if rows is None: rows = [{}] if fields else []
-    elif isinstance(rows, dict): rows = [rows]
-    elif isinstance(rows, pd.DataFrame): rows = rows.to_dict('records')
-    elif not isinstance(rows, (list, tuple)): raise TypeError(f'record: rows must be a dict, list or DataFrame, got {type(rows).__name__}')
+    rows = [{}] if rows is None and fields and items is None else _as_rows(rows, 'rows')
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
     run_dir = Path(run_dir)
     clean = [_clean_row({'run': run_dir.name, **fields, **r}, __version__, now) for r in rows]
-    if not clean: return 0
+    its = [_clean_item({'run': run_dir.name, **fields, **r}) for r in _as_rows(items, 'items')]
+    if not clean and not its: return 0
     run_dir.mkdir(parents=True, exist_ok=True)
-    cols = list(RESULT_COLUMNS)
-    sql = (f"INSERT INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-           f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET "
-           + ', '.join(f'{k}=excluded.{k}' for k in VALUE_COLUMNS))
     con = _connect(results_path(run_dir))
     try:
-        with con: con.executemany(sql, [tuple(r[c] for c in cols) for r in clean])  # one transaction
+        with con:  # one transaction
+            con.executemany(_upsert_sql('results', list(RESULT_COLUMNS), list(VALUE_COLUMNS)), [tuple(r[c] for c in RESULT_COLUMNS) for r in clean])
+            con.executemany(_upsert_sql('items', list(ITEM_COLUMNS), ['value']), its)
     finally: con.close()
     return len(clean)
 
@@ -104,3 +125,17 @@ def load_results(run_dir, # a run directory, or a list of them (concatenated)
     try: df = pd.read_sql_query(f"SELECT {', '.join(RESULT_COLUMNS)} FROM results ORDER BY rowid", con)
     finally: con.close()
     return df
+
+def load_items(run_dir: str|Path, # a run directory
+               **key, # column values the items must have (e.g. merge_config='ta-0.5', domain='math')
+              ) -> 'pd.DataFrame':
+    "Per-item scores matching `key`: the key columns, `item` and `value` (empty when none)."
+    import pandas as pd
+    p = results_path(run_dir)
+    if not p.exists(): return pd.DataFrame(columns=list(ITEM_COLUMNS))
+    bad = sorted(set(key) - set(KEY_COLUMNS))
+    if bad: raise ValueError(f'load_items: unknown key column(s) {bad}; expected some of {list(KEY_COLUMNS)}')
+    where = ' AND '.join(f'{k} = ?' for k in key) or '1'
+    con = _connect(p)
+    try: return pd.read_sql_query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE {where} ORDER BY rowid", con, params=list(key.values()))
+    finally: con.close()

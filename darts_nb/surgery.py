@@ -17,9 +17,10 @@ _all_ = ['positions_from_mask']
 
 # %% auto #0
 __all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'WEIGHTS', 'CONFIG', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery',
-           'AddSurgery', 'ParallelSurgery', 'surgery_kind', 'make_surgery', 'surgery_from_config', 'n_params',
-           'forward_names', 'call_positions', 'surgery_of', 'detach_surgery', 'attach_surgery', 'surgery',
-           'save_surgery', 'read_surgery_config', 'load_surgery', 'positions_from_mask']
+           'AddSurgery', 'ParallelSurgery', 'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery',
+           'surgery_from_config', 'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids',
+           'surgery_of', 'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'read_surgery_config',
+           'load_surgery', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _check_size(name, value, lo=1):
@@ -37,6 +38,7 @@ def _bottleneck(hidden_size, rank):
 class SurgeryModule(nn.Module):
     "Base class: the content path `c(h) = W_up ReLU(W_down h)`, input checks, dtype handling, `config()`."
     kind = 'base'
+    needs_ids = False  # True for a module that looks at the token ids (the token-table control)
     def __init__(self, hidden_size: int, # H, the LM head's input size
                  rank: int = 16, # r, the bottleneck width
                  max_len: int|None = None, # T_max for position-aware modules
@@ -72,21 +74,25 @@ class SurgeryModule(nn.Module):
             raise ValueError(f"positions: min={int(positions.min())}, expected absolute positions >= 0")
         return positions.to(device=h.device, dtype=torch.long)
 
-    def correction(self, x, positions): raise NotImplementedError
+    def correction(self, x, positions, ids=None): raise NotImplementedError
 
     def forward(self, h: torch.Tensor, # B x T x H final hidden states
                 positions: torch.Tensor|None = None, # B x T absolute positions (LongTensor)
+                ids: torch.Tensor|None = None, # B x T token ids (only the token-table control uses them)
                ) -> torch.Tensor:
         "`h_hat = h - correction`, computed in the module's dtype, returned in `h`'s dtype."
-        return self.corrected(h, self.check(h, positions))
+        if self.needs_ids and (ids is None or tuple(ids.shape) != tuple(h.shape[:-1])):
+            raise ValueError(f"ids: {self.kind} surgery needs the token ids, shape {tuple(h.shape[:-1])}; got {None if ids is None else tuple(ids.shape)}")
+        return self.corrected(h, self.check(h, positions), ids)
 
     def corrected(self, h: torch.Tensor, # ... x T x H, already checked
                   positions: torch.LongTensor, # ... x T absolute positions >= 0, already checked
+                  ids: torch.LongTensor|None = None, # ... x T token ids, for a module that needs them
                  ) -> torch.Tensor:
         "`forward` without the input checks: the fast path of the hook `attach_surgery` installs."
         dtype = self.down.weight.dtype
         x = h if h.dtype == dtype else h.to(dtype)
-        out = x - self.correction(x, positions)
+        out = x - self.correction(x, positions, ids)
         return out if out.dtype == h.dtype else out.to(h.dtype)
 
     def config(self) -> dict:
@@ -104,7 +110,7 @@ class StandardSurgery(SurgeryModule):
     def __init__(self, hidden_size: int, # H
                  rank: int = 16, # r
                 ): super().__init__(hidden_size, rank)
-    def correction(self, x, positions): return self.content(x)
+    def correction(self, x, positions, ids=None): return self.content(x)
 
 # %% ../nbs/04_surgery.ipynb #62047e03
 class PositionSurgery(SurgeryModule):
@@ -116,7 +122,7 @@ class PositionSurgery(SurgeryModule):
                 ):
         super().__init__(hidden_size, rank, max_len)
         self.b = nn.Parameter(torch.zeros(max_len, hidden_size))
-    def correction(self, x, positions): return self.content(x) + self.lookup(self.b, positions)
+    def correction(self, x, positions, ids=None): return self.content(x) + self.lookup(self.b, positions)
 
 # %% ../nbs/04_surgery.ipynb #62047e05
 class AddSurgery(SurgeryModule):
@@ -128,7 +134,7 @@ class AddSurgery(SurgeryModule):
                 ):
         super().__init__(hidden_size, rank, max_len)
         self.p = nn.Parameter(torch.zeros(max_len, hidden_size))
-    def correction(self, x, positions): return self.content(x + self.lookup(self.p, positions))
+    def correction(self, x, positions, ids=None): return self.content(x + self.lookup(self.p, positions))
 
 # %% ../nbs/04_surgery.ipynb #62047e06
 class ParallelSurgery(SurgeryModule):
@@ -142,12 +148,34 @@ class ParallelSurgery(SurgeryModule):
         super().__init__(hidden_size, rank, max_len)
         self.p = nn.Parameter(torch.randn(max_len, hidden_size) * init_std)
         self.pos_down, self.pos_up = _bottleneck(hidden_size, rank)
-    def correction(self, x, positions):
+    def correction(self, x, positions, ids=None):
         p = self.lookup(self.p, positions).to(x.dtype)
         return self.content(x) + self.pos_up(torch.relu(self.pos_down(p)))
 
+# %% ../nbs/04_surgery.ipynb #62047e11
+class TokenSurgery(SurgeryModule):
+    "Control: `h_hat_t = h_t - c(h_t) - e_{x_t}`, a zero-initialised table indexed by the token id (vocab_size x H)."
+    kind = 'token'
+    needs_ids = True
+    def __init__(self, hidden_size: int, # H
+                 rank: int = 16, # r
+                 vocab_size: int = 512, # V: rows of the table (the model's vocabulary)
+                ):
+        super().__init__(hidden_size, rank)
+        self.vocab_size = _check_size('vocab_size', vocab_size)
+        self.e = nn.Parameter(torch.zeros(vocab_size, hidden_size))
+    def correction(self, x, positions, ids=None): return self.content(x) + F.embedding(ids, self.e)
+    def config(self) -> dict: return {**super().config(), 'vocab_size': self.vocab_size}
+
+class ShuffledPositionSurgery(PositionSurgery):
+    "Control: DARTS's table trained on positions shuffled within each row (true positions at evaluation)."
+    kind = 'shuffled'
+    def correction(self, x, positions, ids=None):
+        if self.training: positions = positions.gather(-1, torch.argsort(torch.rand(positions.shape, device=positions.device), -1))
+        return super().correction(x, positions)
+
 # %% ../nbs/04_surgery.ipynb #62047e08
-SURGERY_KINDS = {c.kind: c for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery)}
+SURGERY_KINDS = {c.kind: c for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)}
 SURGERY_ALIASES = {'darts': 'position'}
 
 def surgery_kind(name: str # a key of SURGERY_KINDS or an alias ('darts')
@@ -159,15 +187,27 @@ def make_surgery(kind: str, # a key of SURGERY_KINDS, or 'darts' for 'position'
                  hidden_size: int, # H
                  rank: int = 16, # r, the bottleneck width
                  max_len: int = 512, # T_max of the position-aware kinds (ignored by 'standard')
+                 vocab_size: int|None = None, # V, for the 'token' kind (default: max_len, which matches its parameters)
                 ) -> SurgeryModule:
     "A fresh surgery module of `kind`."
     cls = SURGERY_KINDS[surgery_kind(kind)]
-    return cls(hidden_size, rank) if cls is StandardSurgery else cls(hidden_size, rank, max_len)
+    if cls is StandardSurgery: return cls(hidden_size, rank)
+    if cls is TokenSurgery: return cls(hidden_size, rank, max_len if vocab_size is None else vocab_size)
+    return cls(hidden_size, rank, max_len)
 
 def surgery_from_config(cfg: dict # a `module.config()` dict (extra keys are ignored)
                        ) -> SurgeryModule:
     "A fresh module of `cfg['kind']` with the sizes in `cfg`."
-    return make_surgery(cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'))
+    return make_surgery(cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'), cfg.get('vocab_size'))
+
+# %% ../nbs/04_surgery.ipynb #27638ddf
+def apply_surgery(module, # a surgery module, or any `module(h, positions[, ids])`
+                  h: torch.Tensor, # B x T x H hidden states
+                  positions: torch.Tensor, # B x T positions
+                  ids: torch.Tensor|None = None, # B x T token ids, passed on when known
+                 ) -> torch.Tensor:
+    "`module(h, positions, ids)`, or `module(h, positions)` when the ids are not known."
+    return module(h, positions) if ids is None else module(h, positions, ids)
 
 # %% ../nbs/04_surgery.ipynb #27638dde
 def n_params(module: nn.Module) -> int:
@@ -206,8 +246,7 @@ def call_positions(model, # the causal LM being called
                    names: tuple[str, ...]|None = None, # `forward_names(model)`, computed once by `attach_surgery`
                   ) -> torch.LongTensor:
     "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
-    a = dict(zip(forward_names(model) if names is None else names, args)); a.update(kwargs)
-    if isinstance(a.get('kwargs'), dict): a.update(a['kwargs'])
+    a = _call_args(model, args, kwargs, names)
     ids, emb = a.get('input_ids'), a.get('inputs_embeds')
     x = ids if ids is not None else emb
     if x is None: raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
@@ -225,8 +264,27 @@ def call_positions(model, # the causal LM being called
         cp = a.get('cache_position')
         start = int(cp.reshape(-1)[0]) if isinstance(cp, torch.Tensor) and cp.numel() else _past_length(cache)
         pos = (start + torch.arange(T, device=x.device)).expand(B, T)
-    keep = a.get('logits_to_keep', 0)
-    return pos if isinstance(keep, int) and (keep == 0 or keep >= T) else _slice_keep(pos, keep)
+    return _kept(pos, a.get('logits_to_keep', 0))
+
+def _call_args(model, args, kwargs, names) -> dict:
+    "A call's arguments by name."
+    a = dict(zip(forward_names(model) if names is None else names, args)); a.update(kwargs)
+    if isinstance(a.get('kwargs'), dict): a.update(a['kwargs'])
+    return a
+
+def _kept(x, keep):
+    "The columns of B x T `x` whose logits the model computes (`logits_to_keep`)."
+    return x if isinstance(keep, int) and (keep == 0 or keep >= x.shape[1]) else _slice_keep(x, keep)
+
+def call_ids(model, # the causal LM being called
+             args: tuple, # the call's positional arguments
+             kwargs: dict, # the call's keyword arguments
+             names: tuple[str, ...]|None = None, # `forward_names(model)`
+            ) -> torch.LongTensor|None:
+    "The token ids (B x T) of one call, as the LM head sees them; None when it passes embeddings only."
+    a = _call_args(model, args, kwargs, names)
+    ids = a.get('input_ids')
+    return None if ids is None else _kept(ids, a.get('logits_to_keep', 0))
 
 # %% ../nbs/04_surgery.ipynb #a7c4681d
 def _module_hidden(model) -> int:
@@ -262,17 +320,21 @@ def attach_surgery(model, # a Hugging Face causal LM
     head = lm_head(model)
     w = getattr(head, 'weight', None)
     if w is not None: module.to(w.device)
-    state, names = dict(module=module, positions=None), forward_names(model)
-    def record(mod, args, kwargs): state['positions'] = call_positions(mod, args, kwargs, names)
-    def clear(mod, args, kwargs, out): state['positions'] = None
+    state, names = dict(module=module, positions=None, ids=None), forward_names(model)
+    def record(mod, args, kwargs):
+        state['positions'] = call_positions(mod, args, kwargs, names)
+        if module.needs_ids:
+            state['ids'] = call_ids(mod, args, kwargs, names)
+            if state['ids'] is None: raise ValueError(f"attach_surgery: the {module.kind} module needs input_ids, and the call passes embeddings only")
+    def clear(mod, args, kwargs, out): state['positions'] = state['ids'] = None
     def correct(mod, args):
-        pos = state['positions']
+        pos, ids = state['positions'], state['ids']
         if pos is None or not args: return None
         h = args[0]
         if tuple(pos.shape) != tuple(h.shape[:-1]):
             raise RuntimeError(f"attach_surgery: recorded positions {tuple(pos.shape)} do not match the LM head input {tuple(h.shape)}")
         if module.down.weight.device != h.device: module.to(h.device)  # the model was moved after attaching
-        return (module.corrected(h, pos.to(h.device)),) + tuple(args[1:])
+        return (module.corrected(h, pos.to(h.device), None if ids is None else ids.to(h.device)),) + tuple(args[1:])
     handles = [model.register_forward_pre_hook(record, with_kwargs=True),
                model.register_forward_hook(clear, with_kwargs=True, always_call=True),
                head.register_forward_pre_hook(correct)]

@@ -11,9 +11,11 @@ from tqdm.auto import tqdm
 from .core import positions_from_mask
 from .losses import get_loss, compute_loss, LOSS_NEEDS, _head_logits
 from .cache import HiddenCache
+from .bias import token_bias
+from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['batch_order', 'train_surgery', 'l1_reduction', 'argmax_agreement']
+__all__ = ['batch_order', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'token_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -55,7 +57,8 @@ def _batch(cache, idx, device):
     idx = idx.to(cache.device)
     m = cache.mask[idx]
     return (cache.merged[idx].to(device, torch.float32), cache.target[idx].to(device, torch.float32),
-            cache.entropy[idx].to(device, torch.float32), m.to(device), positions_from_mask(m).to(device))
+            cache.entropy[idx].to(device, torch.float32), m.to(device), positions_from_mask(m).to(device),
+            None if cache.ids is None else cache.ids[idx].to(device))
 
 def train_surgery(module: torch.nn.Module, # a surgery module: forward(h, positions) -> corrected h
                   cache: HiddenCache, # calibration hidden states
@@ -76,8 +79,8 @@ def train_surgery(module: torch.nn.Module, # a surgery module: forward(h, positi
     module.train(); hist = []
     bar = tqdm(batch_order(len(cache), batch_size, iters, seed), total=iters, desc=f'surgery/{loss}', disable=not progress)
     for idx in bar:
-        hm, hk, ent, m, pos = _batch(cache, idx, dev)
-        l = compute_loss(loss, module(hm, pos), hk, m, entropy=ent, head=w)
+        hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
+        l = compute_loss(loss, apply_surgery(module, hm, pos, ids), hk, m, entropy=ent, head=w)
         opt.zero_grad(set_to_none=True); l.backward(); opt.step()
         hist.append(l.item())
         if len(hist) % 10 == 0: bar.set_postfix(loss=f'{hist[-1]:.4g}')
@@ -91,20 +94,17 @@ def _batches(cache, batch_size, device):
 def _device_of(module, cache):
     return cache.device if module is None else _module_device(module)
 
-@torch.no_grad()
 def l1_reduction(module: torch.nn.Module|None, # a surgery module; None = no surgery (rho 0)
                  cache: HiddenCache, # hidden states to measure on (held-out prompts)
-                 batch_size: int = 32, # prompts per forward pass
+                 where: torch.Tensor|None = None, # N x T bool: measure on these tokens only (default: every real token)
                 ) -> float:
-    "Eq. 7: the fraction of the summed L1 representation bias the module removes."
-    cache.check(); dev = _device_of(module, cache); before = after = 0.
+    "Eq. 7: the fraction of the summed L1 representation bias (Eq. 2, `bias.token_bias`) the module removes."
+    cache.check()
     if module is not None: module.eval()
-    for hm, hk, _, m, pos in _batches(cache, batch_size, dev):
-        before += (hm - hk)[m].abs().mean(-1).sum().item()
-        hh = hm if module is None else module(hm, pos)
-        after += (hh - hk)[m].abs().mean(-1).sum().item()
-    if before == 0: raise ValueError("cache: merged and target hidden states are identical at every real position; rho is undefined")
-    return 1 - after / before
+    keep = cache.mask.cpu() if where is None else (cache.mask.cpu() & where.cpu().bool())
+    before = token_bias(cache)[keep].sum().item()
+    if before == 0: raise ValueError("cache: merged and target hidden states are identical at every measured position; rho is undefined")
+    return 1 - (token_bias(cache, module)[keep].sum().item() if module is not None else before) / before
 
 # %% ../nbs/07_train.ipynb #d95a47e2
 @torch.no_grad()
@@ -114,10 +114,20 @@ def argmax_agreement(module: torch.nn.Module|None, # a surgery module; None = no
                      batch_size: int = 8, # prompts per forward pass
                     ) -> float:
     "Fraction of real positions where argmax(head(corrected h^M)) == argmax(head(h^k))."
-    cache.check(); dev = _device_of(module, cache); w = _frozen_weight(head, dev); hit = n = 0
+    return float(token_agreement(module, cache, head, batch_size).nanmean())
+
+@torch.no_grad()
+def token_agreement(module: torch.nn.Module|None, # a surgery module; None = no surgery
+                    cache: HiddenCache, # hidden states to measure on
+                    head, # the expert's LM head (module or V x H weight)
+                    batch_size: int = 8, # prompts per forward pass
+                   ) -> torch.Tensor:
+    "Per token (N x T float32: 1 agree, 0 not, NaN at pads): does the expert's head pick the same token from both states?"
+    cache.check(); dev = _device_of(module, cache); w = _frozen_weight(head, dev)
     if module is not None: module.eval()
-    for hm, hk, _, m, pos in _batches(cache, batch_size, dev):
-        hh = hm if module is None else module(hm, pos)
-        a, b = _head_logits(hh[m], w).argmax(-1), _head_logits(hk[m], w).argmax(-1)
-        hit += (a == b).sum().item(); n += a.numel()
-    return hit / n
+    out = []
+    for hm, hk, _, m, pos, ids in _batches(cache, batch_size, dev):
+        hh = hm if module is None else apply_surgery(module, hm, pos, ids)
+        same = (_head_logits(hh, w).argmax(-1) == _head_logits(hk, w).argmax(-1)).float()
+        out.append(same.masked_fill(~m, float('nan')).cpu())
+    return torch.cat(out)

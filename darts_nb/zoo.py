@@ -6,31 +6,41 @@ Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
 # %% ../nbs/03_zoo.ipynb #9df22916
 from __future__ import annotations
-import json, math, os, random, shutil, time
+import json, math, random, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice
-from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, training_text, score_completion, split_hash
+from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
 
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'PAPER_MODELS', 'ZooSpec', 'zoo_spec', 'zoo_dir', 'corpus',
-           'train_tokenizer', 'train_lm', 'build_zoo', 'load_model', 'tensor_shapes', 'check_compatible',
-           'generate_completions', 'score_model', 'zoo_table', 'Profile', 'get_profile', 'main']
+           'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm', 'build_zoo',
+           'load_model', 'tensor_shapes', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table',
+           'Profile', 'get_profile', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
 class ZooSpec:
-    "The recipe of a zoo: architecture and training budget."
-    size: str
-    hidden: int; layers: int; heads: int; intermediate: int; vocab: int
-    base_steps: int; expert_steps: int
-    batch: int = 32; lr: float = 3e-3; expert_lr: float = 1e-3; max_len: int = 128
+    "The recipe of a zoo: architecture, data and training budget."
+    size: str  # its name
+    hidden: int; layers: int; heads: int; intermediate: int; vocab: int  # the Llama architecture
+    base_steps: int  # pre-training steps of the base
+    expert_steps: dict  # domain -> fine-tuning steps of its expert
+    expert_lr: dict  # domain -> its expert's peak learning rate (gentle: small task vectors)
+    batch: int = 8  # packed sequences per step
+    lr: float = 3e-3  # the base's peak learning rate
+    max_len: int = 512  # tokens per packed sequence
+    paired: dict = field(default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4})  # domain -> share of solved examples in the base's text
+    replay: float = 0.3  # share of the base's own sequences in each expert's fine-tuning
+    docs: int = 30000  # documents drawn for the base's corpus
 
 ZOO_SIZES = {
-    'ci':  ZooSpec('ci',  hidden=64,  layers=2, heads=4, intermediate=192, vocab=384, base_steps=150, expert_steps=200),
-    'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=300, expert_steps=250),
+    'ci':  ZooSpec('ci',  hidden=64,  layers=2, heads=4, intermediate=192, vocab=512, base_steps=300,  # small and fast, for tests: weak
+                   expert_steps={'code': 150, 'math': 150, 'instruct': 150}, expert_lr={'code': 3e-3, 'math': 3e-3, 'instruct': 3e-3}),
+    'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=400,
+                   expert_steps={'code': 100, 'math': 120, 'instruct': 150}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3}),
 }
 ROLES = ('base',) + DOMAINS  # the models of a zoo or a profile
 
@@ -52,8 +62,8 @@ SPECIALS = ['<pad>', '<s>', '</s>', '<unk>']
 
 def corpus(split: str = 'train' # the split of every domain to read
           ) -> list[str]:
-    "Every prompt and target text of a split, all domains."
-    return [t for d in DOMAINS for it in load_split(d, split) for t in (it['prompt'], it['target'])]
+    "Every query and target text of a split, all domains."
+    return [t for d in DOMAINS for it in load_split(d, split) for t in (it['query'], it['target'])]
 
 # %% ../nbs/03_zoo.ipynb #068a2024
 def train_tokenizer(texts: list[str], # training text
@@ -72,39 +82,69 @@ def train_tokenizer(texts: list[str], # training text
                                    unk_token='<unk>', padding_side='left', model_max_length=2048)
 
 # %% ../nbs/03_zoo.ipynb #341b1a2a
-def _batch(tok, texts: list[str], prompts: list[str]|None, max_len: int):
-    "Right-padded ids, mask and labels (-100 on padding and, when `prompts` are given, on the prompt)."
-    enc = [tok(t + tok.eos_token, add_special_tokens=True)['input_ids'][:max_len] for t in texts]
-    skip = [len(tok(p)['input_ids']) for p in prompts] if prompts else [0] * len(texts)
-    T = max(map(len, enc))
-    ids = torch.full((len(enc), T), tok.pad_token_id); labels = torch.full((len(enc), T), -100)
-    mask = torch.zeros(len(enc), T, dtype=torch.long)
-    for i, (e, s) in enumerate(zip(enc, skip)):
-        ids[i, :len(e)] = torch.tensor(e); mask[i, :len(e)] = 1
-        labels[i, s:len(e)] = torch.tensor(e[s:])
-    return ids, mask, labels
+def fragment(item: dict, # a training item
+             rng: random.Random, # picks which fragment
+            ) -> str:
+    "Text of an item that solves nothing: the question without its answer cue, or the answer alone."
+    if rng.random() < 0.5: return item['target'].strip()
+    if item['domain'] == 'code': return item['query'].split('\n')[1].strip().strip('"')  # the docstring's first line
+    return item['query'].rsplit('\n', 1)[0]  # without 'Answer:' / 'Response:'
+
+def base_documents(rng: random.Random, # draws the documents
+                   n: int, # how many
+                   paired: dict, # domain -> share of solved examples among its documents
+                  ) -> list[list[tuple[str, bool]]]:
+    "The base's corpus: fragments of every domain and a share of solved examples."
+    train = {d: load_split(d, 'train') for d in DOMAINS}
+    docs = []
+    for _ in range(n):
+        d = rng.choice(DOMAINS); it = rng.choice(train[d])
+        docs.append([(it['query'] + it['target'], True)] if rng.random() < paired[d] else [(fragment(it, rng), True)])
+    return docs
+
+def expert_documents(domain: str, # one of DOMAINS
+                     rng: random.Random, # draws the documents
+                     n: int, # how many
+                     max_shots: int = 12, # solved examples per document, at most
+                    ) -> list[list[tuple[str, bool]]]:
+    "Few-shot documents of one domain: solved examples in a row, trained on the answers only."
+    train = load_split(domain, 'train')
+    return [[p for it in rng.choices(train, k=rng.randint(1, max_shots)) for p in ((it['query'], False), (it['target'] + '\n\n', True))]
+            for _ in range(n)]
 
 # %% ../nbs/03_zoo.ipynb #341b1a2b
+def pack(tok, # the tokenizer
+         docs: list[list[tuple[str, bool]]], # documents of (text, trained) pieces
+         max_len: int, # tokens per sequence
+        ) -> list[tuple[list[int], list[int]]]:
+    "(ids, labels) sequences of exactly `max_len` tokens, each beginning with `<s>`; labels -100 where not trained."
+    rows, ids, lab = [], [tok.bos_token_id], [-100]
+    for doc in docs:
+        for text, on in doc + [(tok.eos_token, doc[-1][1])]:
+            e = tok(text, add_special_tokens=False)['input_ids']
+            ids += e; lab += e if on else [-100] * len(e)
+        while len(ids) >= max_len:
+            rows.append((ids[:max_len], lab[:max_len]))
+            ids, lab = [tok.bos_token_id] + ids[max_len:], [-100] + lab[max_len:]
+    return rows
+
+# %% ../nbs/03_zoo.ipynb #341b1a2c
 def train_lm(model, # a causal LM, trained in place
-             tok, # its tokenizer
-             texts: list[str], # the training text
+             rows: list[tuple[list[int], list[int]]], # packed (ids, labels) sequences from `pack`
              steps: int, # optimiser steps
              lr: float, # peak learning rate
-             batch: int, # texts per step
-             max_len: int, # tokens per text (longer ones are cut)
-             prompts: list[str]|None = None, # per text, its prompt: loss only after it (fine-tuning)
+             batch: int, # sequences per step
              seed: int = 0, # seeds the initial state and the batch order
              desc: str = 'train', # the progress bar's label
             ) -> list[float]:
-    "AdamW with warm-up and cosine decay over `steps` batches; returns the loss history."
+    "AdamW with warm-up and cosine decay over `steps` batches of packed sequences; returns the loss history."
     set_seed(seed); rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
     model.train(); hist = []
     for _ in (bar := tqdm(range(steps), desc=desc, leave=False)):
-        idx = rng.sample(range(len(texts)), min(batch, len(texts)))
-        ids, mask, labels = _batch(tok, [texts[i] for i in idx], [prompts[i] for i in idx] if prompts else None, max_len)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        b = [rows[i] for i in rng.sample(range(len(rows)), min(batch, len(rows)))]
+        loss = model(input_ids=torch.tensor([r[0] for r in b]), labels=torch.tensor([r[1] for r in b])).loss
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
         hist.append(loss.item()); bar.set_postfix(loss=f'{hist[-1]:.3f}')
     model.eval()
@@ -150,20 +190,20 @@ def build_zoo(size: str = 'toy', # 'toy' (default) or 'ci' (small, for tests)
     if force and root.exists(): shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     if all(_is_complete(p, key) for p in paths.values()): return paths
-    t0 = time.time()
+    t0, rng = time.time(), random.Random(seed)
+    if _is_complete(paths['base'], key): tok = AutoTokenizer.from_pretrained(paths['base'])
+    else: tok = train_tokenizer(corpus('train'), spec.vocab)
+    base_rows = pack(tok, base_documents(rng, spec.docs, spec.paired), spec.max_len)
     if not _is_complete(paths['base'], key):
-        tok = train_tokenizer(corpus('train'), spec.vocab)
         model = _new_model(spec, tok, seed)
-        texts = corpus('train'); random.Random(seed).shuffle(texts)
-        hist = train_lm(model, tok, texts, spec.base_steps, spec.lr, spec.batch, spec.max_len, seed=seed, desc='base')
+        hist = train_lm(model, base_rows, spec.base_steps, spec.lr, spec.batch, seed=seed, desc='base')
         _save(model, tok, paths['base'], dict(key=key, role='base', spec=asdict(spec), seed=seed, final_loss=hist[-1]))
     for d in DOMAINS:
         if _is_complete(paths[d], key): continue
-        tok = AutoTokenizer.from_pretrained(paths['base'])
+        rows = pack(tok, expert_documents(d, random.Random(f'{seed}-{d}'), spec.docs // 10), spec.max_len)
+        rows += random.Random(seed + 1).sample(base_rows, min(len(base_rows), int(len(rows) * spec.replay / (1 - spec.replay))))
         model = AutoModelForCausalLM.from_pretrained(paths['base'], dtype=torch.float32)
-        items = load_split(d, 'train')
-        hist = train_lm(model, tok, [training_text(it) for it in items], spec.expert_steps, spec.expert_lr,
-                        spec.batch, spec.max_len, prompts=[it['prompt'] for it in items], seed=seed + 1, desc=d)
+        hist = train_lm(model, rows, spec.expert_steps[d], spec.expert_lr[d], spec.batch, seed=seed + 1, desc=d)
         _save(model, tok, paths[d], dict(key=key, role=d, spec=asdict(spec), seed=seed, final_loss=hist[-1]))
     write_json(root/'build.json', dict(size=size, seed=seed, key=key, seconds=round(time.time() - t0, 1)))
     return paths

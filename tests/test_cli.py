@@ -19,10 +19,11 @@ def test_report_of_a_missing_run_fails_at_once_and_builds_nothing(tmp_path):
 
 def test_merge_merges_and_scores_nothing(monkeypatch):
     from darts_nb.cli import main
-    from darts_nb.runs import run_dir
-    home = Path(os.environ['DARTS_HOME'])  # the test home: the ci zoo is built there by `make test`
-    assert main(['merge', '--profile', 'ci', '--quick', '--only', 'ta-0.5']) == 0
-    assert (home/'merges'/'ci'/'ta-0.5'/'merge.yaml').exists()
+    from darts_nb.runs import run_dir, merges_dir, models_key, Run
+    from darts_nb.zoo import get_profile
+    assert main(['merge', '--profile', 'ci', '--quick', '--only', 'ta-0.5']) == 0   # the ci zoo is built in the test home by `make test`
+    prof = get_profile('ci')
+    assert (merges_dir(Run('x', prof, models_key=models_key(prof)))/'ta-0.5'/'merge.yaml').exists()
     assert not (run_dir('merge')/'results.sqlite').exists() and not (run_dir('merge')/'run.json').exists()
 
 def test_only_without_names_is_refused(capsys):

@@ -3,7 +3,7 @@ import json
 import pytest, torch
 from darts_nb.core import tiny_llama
 from darts_nb import zoo
-from darts_nb.zoo import (build_zoo, load_model, check_compatible, get_profile, train_tokenizer, train_lm,
+from darts_nb.zoo import (build_zoo, load_model, check_compatible, get_profile, train_tokenizer, train_lm, pack,
                           zoo_dir, _is_complete)
 
 @pytest.fixture
@@ -63,12 +63,12 @@ def test_vocab_mismatch_named(tmp_path, tok):
     with pytest.raises(ValueError, match='vocabulary'): check_compatible({'base': a, 'code': b})
 
 def test_training_is_deterministic(tok):
-    texts = ['Question: 1 + 2?\nAnswer: 3', 'def f(x):\n    return x + 1\n'] * 8
+    docs = [[('Question: 1 + 2?\nAnswer:', False), (' 3', True)], [('def f(x):\n    return x + 1\n', True)]] * 8
+    rows = pack(tok, docs, 16)
     runs = []
     for _ in range(2):
         m = tiny_llama(vocab_size=len(tok), seed=5)
-        runs.append((train_lm(m, tok, texts, steps=5, lr=1e-3, batch=4, max_len=32, seed=3),
-                     next(m.parameters()).detach().clone()))
+        runs.append((train_lm(m, rows, steps=5, lr=1e-3, batch=4, seed=3), next(m.parameters()).detach().clone()))
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
     t2 = train_tokenizer(['def f(x):\n    return x + 1\n', 'Question: 1 + 2?\nAnswer: 3'] * 20, vocab_size=300)
