@@ -51,11 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('name', help='the run name')
     a = sub.add_parser('run', help='run the whole programme (resumable) and write the report')
     a.add_argument('--profile', **prof); a.add_argument('--name', default='default', help='the run name (runs/NAME)')
-    a.add_argument('--quick', action='store_true', help='the quick sweep and 60 eval items per domain (the demo)')
+    a.add_argument('--quick', action='store_true', help='the demo: the quick records and sweep, 60 eval items per domain')
     a.add_argument('--only', nargs='+', default=None, choices=list(EXPERIMENTS), metavar='EXPERIMENT',
                    help=f'run only these, in registry order: {", ".join(EXPERIMENTS)}')
     a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
     a.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
+    a.add_argument('--workers', type=int, default=1, help='processes computing arms and evaluations at once (default 1)')
     return ap
 
 def _positive(ap, **vals):
@@ -112,8 +113,8 @@ def cmd_report(a, ap):
 def cmd_run(a, ap):
     "darts run: the whole programme, then the report."
     from darts_nb.experiments import run_all
-    _positive(ap, eval_limit=a.eval_limit)
-    run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device)  # prints where the report is
+    _positive(ap, eval_limit=a.eval_limit, workers=a.workers)
+    run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device, workers=a.workers)  # prints where the report is
 
 COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run}
 

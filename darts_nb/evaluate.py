@@ -175,7 +175,7 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
                    domains=('code', 'math', 'instruct'), # the domains to score
                    profile: str = 'toy', # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
                    limit: int|None = None, # score only the first `limit` items per domain (tests, quick looks)
-                   batch_size: int = 8, # generation batch size
+                   batch_size: int = 32, # generation batch size
                    seed: int = 0, # split seed and sampling seed
                    max_new_tokens: int|None = None, # override every task's generation budget
                    log_samples: bool = False, # keep lm-eval's samples (generations) in `df.attrs['samples']`

@@ -13,7 +13,7 @@ from .report import Experiment, Section, write_report
 from . import paper, ablations, premises
 
 # %% auto #0
-__all__ = ['EXPERIMENTS', 'run_all']
+__all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
 
 # %% ../nbs/20_experiments.ipynb #e0b1c2d3
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
@@ -21,21 +21,33 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     ablations.LOSS, ablations.MODULE, ablations.VARIANTS, premises.CONTROLS, premises.CALIB_TEXT, ablations.STEPS, ablations.RANK,
     ablations.CALIB, ablations.LR, paper.COST, premises.SUMMARY)}  # the report's order, a valid order to run them in
 
+# %% ../nbs/20_experiments.ipynb #e0b1c2d6
+QUICK_EXPERIMENTS = ('experts', 'sweep', 'main', 'bias', 'placement', 'entropy', 'loss', 'summary', 'cost')
+
 # %% ../nbs/20_experiments.ipynb #7726e495
 def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
             name: str = 'default', # run name
-            quick: bool = False, # the quick sweep and 60 eval items per domain (the demo)
-            only: list[str]|None = None, # a subset of EXPERIMENTS (run in registry order)
+            quick: bool = False, # the demo: QUICK_EXPERIMENTS, the quick sweep and grids, 60 eval items per domain
+            only: list[str]|None = None, # a subset of EXPERIMENTS (run in registry order); default: all, or QUICK_EXPERIMENTS with quick
             report: bool = True, # write runs/<name>/report.md at the end
             eval_limit: int|None = None, # eval items per domain (default: 60 with quick, all otherwise)
             device: str|None = None, # default: CUDA if available
+            workers: int = 1, # processes computing jobs at once (CPU: up to the number of cores)
            ) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     if only is not None:
         if not only: raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
         bad = [n for n in only if n not in EXPERIMENTS]
         if bad: raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
-    run = make_run(profile, name, quick, eval_limit, device)
+    run = make_run(profile, name, quick, eval_limit, device, workers)
+    if only is None and quick: only = list(QUICK_EXPERIMENTS)
+    try: _run_records(run, only)
+    finally: run.close()
+    if report: print(f'report: {write_report(run, EXPERIMENTS)}')
+    return run
+
+def _run_records(run: Run, only: list[str]|None) -> None:
+    "Run the records (all, or `only`) in registry order, timing each and printing its tables and claims."
     tpath, figs = run.dir/'timings.json', run.dir/'figures'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     for n, exp in EXPERIMENTS.items():
@@ -46,5 +58,3 @@ def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
         sec = exp.section(run, figs) or Section()
         for t in sec.tables: print(f'\n{exp.heading} {t.title}\n{t.shown().round(1).to_string()}\n')
         for c in sec.core + sec.claims: print(c)
-    if report: print(f'report: {write_report(run, EXPERIMENTS)}')
-    return run

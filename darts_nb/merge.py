@@ -114,8 +114,7 @@ def family(name: str # a configuration name from `sweep_configs`
     raise ValueError(f"name={name!r} is not a sweep configuration name (expected a prefix ta-, linear-, ties-, dare_ties- or dare_linear-)")
 
 # %% ../nbs/09_merge.ipynb #fa6cb503
-QUICK = ('ta-0.5', 'ta-0.7', 'ta-1.0', 'linear-equal', 'ties-w0.5-d0.5', 'ties-w1.0-d0.7', 'dare_ties-w0.5-d0.5',
-         'dare_linear-w0.5-d0.5')
+QUICK = ('ta-0.5', 'linear-equal', 'ties-w0.5-d0.5', 'dare_linear-w0.5-d0.5')
 FAMILY_NAMES = {'linear': 'Weight Averaging', 'ta': 'Task Arithmetic', 'ties': 'TIES-Merging', 'dare': 'DARE'}
 
 def quick_configs(base: str|Path, # the base model's directory
@@ -123,7 +122,7 @@ def quick_configs(base: str|Path, # the base model's directory
                   dtype: str = 'float32', # dtype mergekit computes and saves in
                   names: tuple[str, ...] = QUICK, # which grid points
                  ) -> dict[str, dict]:
-    "A small subset of the grid, two per family (`ta-0.5` and `ta-0.7` included)."
+    "A small subset of the grid (by default one per family, `ta-0.5` included)."
     grid = sweep_configs(base, experts, dtype)
     missing = [n for n in names if n not in grid]
     if missing: raise ValueError(f"names {missing} are not in the sweep grid")
@@ -261,7 +260,7 @@ def main(argv: list[str]|None = None):
     "Command-line entry: merge the quick subset (or the full grid) of a zoo and print the result table."
     from darts_nb.zoo import build_zoo, ZOO_SIZES
     ap = argparse.ArgumentParser(prog='python -m darts_nb.merge', description=main.__doc__)
-    ap.add_argument('--quick', action='store_true', help='only the quick sweep (two per family, darts_nb.merge.QUICK)')
+    ap.add_argument('--quick', action='store_true', help='only the quick sweep (one per family, darts_nb.merge.QUICK)')
     ap.add_argument('--size', default='ci', choices=list(ZOO_SIZES), help='zoo size')
     ap.add_argument('--out', default=None, help='output directory (default DARTS_HOME/merges/<size>)')
     ap.add_argument('--device', default=None); ap.add_argument('--seed', type=int, default=0)

@@ -24,7 +24,7 @@ from .report import Experiment, Section, Table, claim, ci
 
 # %% auto #0
 __all__ = ['BUCKETS', 'PLACEMENT', 'ENTROPY', 'CONTROL_ARMS', 'CONTROLS', 'CALIB_TEXT_ARMS', 'CALIB_TEXT', 'SUMMARY_ARMS',
-           'SUMMARY', 'RECORDS', 'bucket_of', 'placement_bias', 'placement_table', 'exp_placement', 'entropy_by_kind',
+           'SUMMARY', 'bucket_of', 'placement_bias', 'placement_table', 'exp_placement', 'entropy_by_kind',
            'entropy_summary', 'exp_entropy', 'answer_measures', 'position_table']
 
 # %% ../nbs/19_premises.ipynb #q0a1b2c6
@@ -109,9 +109,9 @@ def entropy_by_kind(cache # a HiddenCache with kinds
 def entropy_summary(df: pd.DataFrame # `entropy_by_kind` rows of one domain
                    ) -> pd.DataFrame:
     "Per kind: tokens, share of tokens, mean entropy (nats) and the share of EWL1's weight."
-    g = df.groupby('kind').entropy
+    g = df.entropy.astype('float64').groupby(df.kind)
     out = pd.DataFrame({'tokens': g.size(), 'share of tokens (%)': 100 * g.size() / len(df), 'mean entropy (nats)': g.mean(),
-                        'share of EWL1 weight (%)': 100 * g.sum() / df.entropy.sum()})
+                        'share of EWL1 weight (%)': 100 * g.sum() / g.sum().sum()})
     return out.reindex([k for k in TOKEN_KINDS if k in out.index])
 
 # %% ../nbs/19_premises.ipynb #q0a1b2d3
@@ -224,5 +224,3 @@ def _summary_section(run: Run, figs: Path) -> Section|None:
 
 SUMMARY = Experiment('summary', 'Beyond the paper', 'what each surgery does to the hidden states, by position (ta-0.5, held-out answers)',
                      lambda run: arms_over(run, ['ta-0.5'], list(SUMMARY_ARMS.values()), 'summary'), _summary_section, tuple(SUMMARY_ARMS.items()))
-
-RECORDS = (PLACEMENT, ENTROPY, CONTROLS, CALIB_TEXT, SUMMARY)

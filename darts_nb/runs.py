@@ -26,11 +26,11 @@ from .stats import bootstrap_stat
 from .evaluate import evaluate_model
 
 # %% auto #0
-__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm', 'run_dir', 'Run', 'models_key', 'make_run',
-           'open_run', 'recorded', 'score_into_store', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
-           'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges', 'calib_items',
-           'calib_texts', 'domain_cache', 'run_arm', 'arms_over', 'arm_scores', 'arm_stderr', 'arm_metric', 'arm_key',
-           'items_frame', 'arms_stat', 'paired_diff']
+__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'models_key',
+           'make_run', 'open_run', 'recorded', 'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts',
+           'experts_table', 'merges_dir', 'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table',
+           'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'arms_over', 'arm_scores',
+           'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', 'arms_stat', 'paired_diff']
 
 # %% ../nbs/15_runs.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ class Run:
     eval_limit: int|None = None  # eval items per domain (None: the whole eval split)
     device: str|None = None  # where models run (None: CUDA if available)
     models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
+    workers: int = 1  # processes that compute jobs (arms, evaluations) at once; the driver alone writes the store
     _models: dict = field(default_factory=dict, repr=False)
+    _pool: object = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path: return run_dir(self.name)
@@ -109,6 +111,15 @@ class Run:
             if len(self._models) >= 3: self._models.pop(next(iter(self._models)))
             self._models[path] = load_model(path, self.device)
         return self._models[path]
+
+    def spec(self) -> dict:
+        "What a worker process needs to rebuild this run (plain data)."
+        return dict(name=self.name, profile=asdict(self.profile), quick=self.quick, eval_limit=self.eval_limit, device=self.device,
+                    models_key=self.models_key)
+
+    def close(self):
+        "Stop the run's worker processes, if any."
+        if self._pool is not None: self._pool.shutdown(); self._pool = None
 
 # %% ../nbs/15_runs.ipynb #9731f433
 def models_key(profile: Profile # a resolved profile
@@ -126,6 +137,7 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
              quick: bool = False, # trimmed sweep and eval sets (the demo)
              eval_limit: int|None = None, # eval items per domain; default 60 with quick, all otherwise
              device: str|None = None, # where models run (None: CUDA if available)
+             workers: int = 1, # processes computing jobs at once (CPU: at most the number of cores)
             ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile."
     _check_run_args(name, eval_limit)
@@ -136,7 +148,8 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
         if old.get('profile', {}).get('name') != prof.name or old.get('models_key') != key:
             raise ValueError(f"run {name!r} was made with other models (profile {old.get('profile', {}).get('name')!r}, models {old.get('models_key')!r}; "
                              f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
-    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1: raise ValueError(f"workers={workers!r}: expected an integer >= 1")
+    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key, workers)
     write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key))
     return run
 
@@ -161,16 +174,49 @@ def recorded(run: Run, # the run
     for k, v in key.items(): df = df[df[k] == v]
     return df
 
-def score_into_store(run: Run, # the run
-                     model, # an in-memory causal LM
-                     tok, # its tokenizer
-                     domains, # the domains to score
-                     **key, # the store columns that say what was scored
-                    ) -> pd.DataFrame:
-    "Evaluate `model` on `domains` through lm-eval and record the rows under `key`."
+def score_job(run: Run, # the run
+              path: str, # a checkpoint
+              domains, # the domains to score
+              key: dict, # the store columns that say what was scored
+             ) -> dict:
+    "Evaluate a checkpoint on `domains` through lm-eval: the rows and items to record under `key`."
+    model, tok = run.model(path)
     df = evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit)
-    record(run.dir, df, items=df.attrs['items'], profile=run.profile.name, **key)
-    return df
+    return dict(key=key, rows=df.to_dict('records'), items=df.attrs['items'].to_dict('records'))
+
+def record_job(run: Run, # the run
+               result: dict, # a job's key, rows and items
+              ) -> None:
+    "Write a job's result into the run's store (one transaction)."
+    record(run.dir, result['rows'], items=result['items'], profile=run.profile.name, **result['key'])
+
+# %% ../nbs/15_runs.ipynb #f0b1c2c1
+_WORKER_RUNS = {}  # in a worker process: the Run of each spec, so that jobs reuse its loaded models
+
+def _worker_init():
+    torch.set_num_threads(1)
+
+def _in_worker(spec: dict, name: str, args: tuple) -> dict:
+    "A job run in a worker process: rebuild (or reuse) the run, call the job function."
+    key = json.dumps(spec, sort_keys=True)
+    if key not in _WORKER_RUNS: _WORKER_RUNS[key] = Run(**{**spec, 'profile': Profile(**spec['profile'])})
+    return JOBS[name](_WORKER_RUNS[key], *args)
+
+def run_jobs(run: Run, # the run
+             jobs: list[tuple[str, tuple]], # (name in JOBS, arguments after the run) pairs
+             desc: str, # the progress bar's label
+            ) -> None:
+    "Compute the jobs (in `run.workers` processes when more than one) and record each result in the driver."
+    if not jobs: return
+    bar = tqdm(total=len(jobs), desc=desc)
+    if run.workers == 1 or len(jobs) == 1:
+        for name, args in jobs: record_job(run, JOBS[name](run, *args)); bar.update()
+    else:
+        import concurrent.futures as cf, multiprocessing as mp
+        if run._pool is None: run._pool = cf.ProcessPoolExecutor(run.workers, mp_context=mp.get_context('spawn'), initializer=_worker_init)
+        futs = [run._pool.submit(_in_worker, run.spec(), name, args) for name, args in jobs]
+        for f in cf.as_completed(futs): record_job(run, f.result()); bar.update()
+    bar.close()
 
 # %% ../nbs/15_runs.ipynb #49196aa3
 def task_rows(run: Run, # the run
@@ -184,11 +230,8 @@ def task_rows(run: Run, # the run
 def stage_experts(run: Run # the run
                  ) -> None:
     "Score the base and each expert on every domain (skipped when recorded)."
-    for role, path in tqdm(run.profile.paths.items(), desc='experts', leave=False):
-        r = 'base' if role == 'base' else 'expert'
-        if len(recorded(run, role=r, merge_config=role)): continue
-        m, t = run.model(path)
-        score_into_store(run, m, t, DOMAINS, role=r, merge_config=role)
+    keys = {role: dict(role='base' if role == 'base' else 'expert', merge_config=role) for role in run.profile.paths}
+    run_jobs(run, [('score', (p, DOMAINS, keys[r])) for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))], 'experts')
 
 def experts_table(run: Run # the run
                  ) -> pd.DataFrame:
@@ -222,25 +265,27 @@ def _pick(cfgs: dict, names: list[str]|None) -> dict:
             raise ValueError(f"merge {n!r} is not in this run's sweep" + (f"; did you mean {', '.join(near)}?" if near else f' ({len(cfgs)} configurations)'))
     return {k: v for k, v in cfgs.items() if k in names}
 
+def _configs(run: Run, names: list[str]|None) -> dict:
+    "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
+    if names is None: return sweep_grid(run)
+    return _pick(sweep_configs(run.profile.base, run.profile.experts), names)
+
 def stage_merges(run: Run, # the run
-                 names: list[str]|None = None, # configurations to merge (None: the run's whole sweep)
+                 names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)
                 ) -> pd.DataFrame:
     "Merge (resumably) without scoring; returns mergekit's table (name, status, seconds, error)."
-    res = run_merges(_pick(sweep_grid(run), names), merges_dir(run), device=run.device)
+    res = run_merges(_configs(run, names), merges_dir(run), device=run.device, progress=names is None or len(names) > 1)
     failed = res[res.status == 'failed']
     if len(failed): print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
     return res
 
 # %% ../nbs/15_runs.ipynb #519f5bf2
 def score_merges(run: Run, # the run
-                 names: list[str]|None = None, # configurations to score (None: the run's whole sweep)
+                 names: list[str]|None = None, # configurations of the grid to score (None: the run's sweep)
                 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
-    for name in tqdm(list(_pick(sweep_grid(run), names)), desc='evaluate merges', leave=False):
-        path = merges_dir(run)/name
-        if len(recorded(run, role='merged', merge_config=name, surgery_kind='')) or not is_finished(path): continue
-        m, t = run.model(path)
-        score_into_store(run, m, t, DOMAINS, role='merged', merge_config=name)
+    todo = [n for n in _configs(run, names) if is_finished(merges_dir(run)/n) and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
+    run_jobs(run, [('score', (str(merges_dir(run)/n), DOMAINS, dict(role='merged', merge_config=n))) for n in todo], 'evaluate merges')
 
 def stage_sweep(run: Run, # the run
                 names: list[str]|None = None, # configurations (None: the whole sweep)
@@ -281,6 +326,12 @@ def calib_items(domain: str, # one of DOMAINS
     g = torch.Generator().manual_seed(seed)
     return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
 
+def _texts(run: Run, items: list[dict], split: str, mode: str) -> tuple[list[str], list|None]:
+    "(texts, spans) of items: calibration text of 'calib' items, full text (with the reference) of held-out ones."
+    if run.eval_profile != 'toy': return [it['prompt'] for it in items], None
+    texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
+    return texts, [text_spans(it, t) for it, t in zip(items, texts)]
+
 def calib_texts(run: Run, # the run
                 domain: str, # one of DOMAINS
                 n: int = 50, # texts wanted
@@ -289,10 +340,7 @@ def calib_texts(run: Run, # the run
                 mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                ) -> tuple[list[str], list|None]:
     "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
-    items = calib_items(domain, n, seed, split)
-    if run.eval_profile != 'toy': return [it['prompt'] for it in items], None
-    texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
-    return texts, [text_spans(it, t) for it, t in zip(items, texts)]
+    return _texts(run, calib_items(domain, n, seed, split), split, mode)
 
 def domain_cache(run: Run, # the run
                  merge: str, # a merge of the run's sweep
@@ -302,10 +350,15 @@ def domain_cache(run: Run, # the run
                  seed: int = 0, # calibration seed
                  mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                 ):
-    "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
-    texts, spans = calib_texts(run, domain, n, seed, split, mode)
-    return get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
-                              progress=False, models=run.model, spans=spans)
+    "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text, in the seed's order (built once)."
+    if not is_finished(merges_dir(run)/merge): stage_merges(run, [merge])
+    items = calib_items(domain, n, seed, split)
+    order = sorted(range(len(items)), key=lambda i: items[i]['id'])  # the same set in any order is one cache: seeds that only reorder share it
+    texts, spans = _texts(run, [items[i] for i in order], split, mode)
+    c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
+                           progress=False, models=run.model, spans=spans)
+    where = {i: k for k, i in enumerate(order)}
+    return c[[where[i] for i in range(len(items))]]
 
 # %% ../nbs/15_runs.ipynb #f0a1b2c2
 def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
@@ -326,8 +379,17 @@ def run_arm(run: Run, # the run
            ) -> pd.DataFrame:
     "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
     key = dict(merge_config=merge, domain=domain, **arm.key())
-    done = recorded(run, **key)
-    if len(done): return done
+    if not len(recorded(run, **key)): record_job(run, arm_job(run, merge, domain, arm))
+    return recorded(run, **key)
+
+def arm_job(run: Run, # the run
+            merge: str, # a merge of the run's sweep
+            domain: str, # one of DOMAINS
+            arm: Arm, # the surgery configuration
+           ) -> dict:
+    "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
+    key = dict(merge_config=merge, domain=domain, **arm.key())
+    if not is_finished(merges_dir(run)/merge): stage_merges(run, [merge])
     merged, tok = run.model(merges_dir(run)/merge)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
     held = domain_cache(run, merge, domain, 'eval')
@@ -341,18 +403,20 @@ def run_arm(run: Run, # the run
         items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
     with surgery(merged, module): df = evaluate_model(merged, tok, [domain], profile=run.eval_profile, limit=run.eval_limit)
-    record(run.dir, rows + df.drop(columns=['domain']).to_dict('records'), items=items + df.attrs['items'].drop(columns=['domain']).to_dict('records'),
-           profile=run.profile.name, **key)  # one transaction
-    return recorded(run, **key)
+    return dict(key=key, rows=rows + df.drop(columns=['domain']).to_dict('records'), items=items + df.attrs['items'].drop(columns=['domain']).to_dict('records'))
 
 def arms_over(run: Run, # the run
               merges: list[str], # merges to run the arms on
               arms: list[Arm], # the arms
               desc: str, # the progress bar's label
              ) -> None:
-    "Run every (merge, arm, domain) job, with a progress bar; finished jobs are skipped by `run_arm`."
+    "Run every (merge, arm, domain) job not yet recorded, in the run's workers, with a progress bar."
+    missing = [m for m in dict.fromkeys(merges) if not is_finished(merges_dir(run)/m)]
+    if missing: stage_merges(run, missing)  # in the driver, before any job needs them
     jobs = [(m, d, a) for m in dict.fromkeys(merges) for a in arms for d in DOMAINS]
-    for m, d, a in tqdm(jobs, desc=desc): run_arm(run, m, d, a)
+    run_jobs(run, [('arm', j) for j in jobs if not len(recorded(run, merge_config=j[0], domain=j[1], **j[2].key()))], desc)
+
+JOBS = {'arm': arm_job, 'score': score_job}  # the job functions a worker may be asked to run
 
 # %% ../nbs/15_runs.ipynb #9f88b712
 def _labelled(arms): return arms if isinstance(arms, dict) else {a.label: a for a in arms}
