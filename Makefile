@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/darts run --profile toy --name demo --quick
+	$(BIN)/darts run --profile toy --name demo --quick --workers 2
 
 test: $(STAMP) check-clean check-export check-readme check-layout check-docs zoo-ci nbtest pytest
 

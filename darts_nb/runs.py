@@ -22,15 +22,14 @@ from .cache import get_or_build_cache
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
 from .store import record, load_results, load_items, RESULT_COLUMNS
-from .stats import bootstrap_stat
 from .evaluate import evaluate_model
 
 # %% auto #0
 __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'models_key',
            'make_run', 'open_run', 'recorded', 'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts',
            'experts_table', 'merges_dir', 'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table',
-           'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'arms_over', 'arm_scores',
-           'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', 'arms_stat', 'paired_diff']
+           'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'sweep_scores',
+           'arms_over']
 
 # %% ../nbs/15_runs.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -402,8 +401,22 @@ def arm_job(run: Run, # the run
         ids = [it['id'] for it in calib_items(domain, len(held), split='eval')]
         items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
-    with surgery(merged, module): df = evaluate_model(merged, tok, [domain], profile=run.eval_profile, limit=run.eval_limit)
-    return dict(key=key, rows=rows + df.drop(columns=['domain']).to_dict('records'), items=items + df.attrs['items'].drop(columns=['domain']).to_dict('records'))
+    scored = sweep_scores(run, merge, domain) if module is None else None
+    if scored is None:
+        with surgery(merged, module): df = evaluate_model(merged, tok, [domain], profile=run.eval_profile, limit=run.eval_limit)
+        scored = df.drop(columns=['domain']).to_dict('records'), df.attrs['items'].drop(columns=['domain']).to_dict('records')
+    return dict(key=key, rows=rows + scored[0], items=items + scored[1])
+
+def sweep_scores(run: Run, # the run
+                 merge: str, # a merge the sweep scored
+                 domain: str, # one of DOMAINS
+                ) -> tuple[list, list]|None:
+    "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores, not computed twice; None when absent."
+    key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
+    df = task_rows(run, **key)
+    its = load_items(run.dir, **key)
+    if df.empty or its.empty: return None
+    return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict('records')
 
 def arms_over(run: Run, # the run
               merges: list[str], # merges to run the arms on
@@ -417,84 +430,3 @@ def arms_over(run: Run, # the run
     run_jobs(run, [('arm', j) for j in jobs if not len(recorded(run, merge_config=j[0], domain=j[1], **j[2].key()))], desc)
 
 JOBS = {'arm': arm_job, 'score': score_job}  # the job functions a worker may be asked to run
-
-# %% ../nbs/15_runs.ipynb #9f88b712
-def _labelled(arms): return arms if isinstance(arms, dict) else {a.label: a for a in arms}
-
-def _arm_column(run: Run, merge: str, arms, col: str) -> dict:
-    "label -> the task metric's `col` (value or stderr) per domain, for the arms that have run."
-    rows = {}
-    for label, a in _labelled(arms).items():
-        df = task_rows(run, merge_config=merge, **a.key())
-        if len(df): rows[label] = df.groupby('domain')[col].mean().reindex(list(DOMAINS))
-    return rows
-
-def arm_scores(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list: labelled by `Arm.label`)
-              ) -> pd.DataFrame:
-    "Task score (%) per arm (rows) and domain (columns) on one merge, with the average; arms not yet run are left out."
-    rows = _arm_column(run, merge, arms, 'value')
-    if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
-    t = pd.DataFrame(rows).T
-    return t.assign(avg=t.mean(axis=1, skipna=False))
-
-def arm_stderr(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list)
-              ) -> pd.DataFrame:
-    "The standard error (pp) of every cell of `arm_scores`."
-    rows = _arm_column(run, merge, arms, 'stderr')
-    if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
-    t = pd.DataFrame(rows).T.astype(float)
-    return t.assign(avg=(t ** 2).sum(axis=1, min_count=len(DOMAINS)) ** 0.5 / len(DOMAINS))
-
-def arm_metric(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list)
-               metric: str, # 'rho_l1', 'argmax_agree' or 'final_loss'
-              ) -> pd.DataFrame:
-    "One per-arm metric per domain on one merge."
-    rows = {l: recorded(run, merge_config=merge, metric=metric, **a.key()).groupby('domain').value.mean().reindex(list(DOMAINS))
-            for l, a in _labelled(arms).items()}
-    rows = {l: r for l, r in rows.items() if r.notna().any()}
-    return pd.DataFrame(rows).T.rename_axis(columns=None) if rows else pd.DataFrame(columns=list(DOMAINS))
-
-# %% ../nbs/15_runs.ipynb #e71f5da6
-def arm_key(merge: str, # a merge of the sweep
-            arm: Arm, # an arm
-           ) -> dict:
-    "The store key of an arm's rows on a merge."
-    return dict(merge_config=merge, **arm.key())
-
-def items_frame(run: Run, # the run
-                keys: dict, # column label -> store key (dict of key columns)
-                domain: str, # one of DOMAINS
-               ) -> pd.DataFrame:
-    "Per-item task scores (%) of every key on one domain: rows the items all of them scored, a column per label."
-    cols = {l: load_items(run.dir, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean() for l, k in keys.items()}
-    return pd.DataFrame(cols).dropna()
-
-def _bootstrap(strata: dict, stat, **kw) -> dict:
-    strata = {s: f for s, f in strata.items() if len(f)}
-    return bootstrap_stat(strata, stat, **kw) if strata else dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
-
-def arms_stat(run: Run, # the run
-              merge: str, # the merge
-              arms: dict, # label -> Arm
-              stat, # stat(means: pd.Series indexed by label) -> float, e.g. lambda m: m.max() - m.min()
-              domains=DOMAINS, # averaged over
-              **kw, # n_boot, level, seed
-             ) -> dict:
-    "A statistic of the arms' average scores over the domains, with its bootstrap interval over items: est, lo, hi, n."
-    return _bootstrap({d: items_frame(run, {l: arm_key(merge, a) for l, a in arms.items()}, d) for d in domains}, stat, **kw)
-
-def paired_diff(run: Run, # the run
-                pairs: list[tuple[dict, dict]], # (key of a, key of b) pairs, e.g. (arm_key(m, DARTS), arm_key(m, NONE))
-                domains=DOMAINS, # averaged over
-                **kw, # n_boot, level, seed
-               ) -> dict:
-    "mean(a - b) on the items both scored, averaged over domains and pairs, with its interval: diff, lo, hi, n."
-    r = _bootstrap({(i, d): items_frame(run, {'a': ka, 'b': kb}, d) for i, (ka, kb) in enumerate(pairs) for d in domains},
-                   lambda m: m['a'] - m['b'], **kw)
-    return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])

@@ -16,7 +16,8 @@ from scipy import stats as sps
 # %% auto #0
 __all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'scores_frame', 'check_long', 'long_frame', 'seed_means',
            'compare_methods', 'paired_tests', 'mixed_effects', 'simulate_scores', 'bootstrap_stat',
-           'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'verdict', 'all_verdict', 'test_verdict']
+           'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'verdict', 'all_verdict', 'test_verdict',
+           'spearman_test']
 
 # %% ../nbs/14_stats.ipynb #8c01361c
 def paper_tables() -> dict:
@@ -277,3 +278,18 @@ def test_verdict(stat: float, # the test's statistic, signed as the claim (e.g. 
     "The verdict of a significance test: AGREES / DISAGREES when p < alpha (by the sign), else INCONCLUSIVE."
     if p != p: return 'NOT MEASURED'
     return 'INCONCLUSIVE' if p >= alpha else 'AGREES' if stat > 0 else 'DISAGREES'
+
+def spearman_test(x: Sequence[float], # one value per row
+                  y: Sequence[float], # the paired values
+                  exact_up_to: int = 8, # rows up to which the p-value is exact (all n! orderings)
+                 ) -> tuple[float, float]:
+    "Spearman rho and its two-sided p-value: exact by permutation for few rows (scipy's t approximation says p = 0 for 3 points in order)."
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) != len(y): raise ValueError(f"x has {len(x)} values and y {len(y)}: expected one pair per row")
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0: return float('nan'), float('nan')
+    rho = float(sps.spearmanr(x, y).statistic)
+    if len(x) > exact_up_to: return rho, float(sps.spearmanr(x, y).pvalue)
+    from itertools import permutations
+    rx, ry = sps.rankdata(x), sps.rankdata(y)
+    null = np.array([np.corrcoef(rx, ry[list(q)])[0, 1] for q in permutations(range(len(y)))])
+    return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-12))

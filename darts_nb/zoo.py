@@ -33,14 +33,15 @@ class ZooSpec:
     lr: float = 3e-3  # the base's peak learning rate
     max_len: int = 512  # tokens per packed sequence
     paired: dict = field(default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4})  # domain -> share of solved examples in the base's text
-    replay: float = 0.3  # share of the base's own sequences in each expert's fine-tuning
+    replay: float = 0.3  # share of the base's own sequences in each expert's fine-tuning (at most all of them)
     docs: int = 30000  # documents drawn for the base's corpus
 
 ZOO_SIZES = {
     'ci':  ZooSpec('ci',  hidden=64,  layers=2, heads=4, intermediate=192, vocab=512, base_steps=300,  # small and fast, for tests: weak
                    expert_steps={'code': 150, 'math': 150, 'instruct': 150}, expert_lr={'code': 3e-3, 'math': 3e-3, 'instruct': 3e-3}),
     'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=400,
-                   expert_steps={'code': 100, 'math': 120, 'instruct': 150}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3}),
+                   expert_steps={'code': 100, 'math': 120, 'instruct': 150}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
+                   replay=0.6),  # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
 }
 ROLES = ('base',) + DOMAINS  # the models of a zoo or a profile
 

@@ -7,7 +7,8 @@ from darts_nb.experiments import EXPERIMENTS, run_all
 from darts_nb.ablations import ABLATIONS
 from darts_nb.paper import seed_frame
 from darts_nb.premises import position_table, placement_table
-from darts_nb.runs import Arm, DARTS, STANDARD_L1, NONE, PAPER_SEEDS, Run, make_run, arm_key, paired_diff
+from darts_nb.runs import Arm, DARTS, STANDARD_L1, NONE, PAPER_SEEDS, Run, make_run
+from darts_nb.results import arm_key, paired_diff
 from darts_nb.report import side_by_side, paper_rows, write_report as render_report
 from darts_nb.store import record
 from darts_nb.zoo import Profile
