@@ -287,9 +287,9 @@ def spearman_test(x: Sequence[float], # one value per row
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y): raise ValueError(f"x has {len(x)} values and y {len(y)}: expected one pair per row")
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0: return float('nan'), float('nan')
-    rho = float(sps.spearmanr(x, y).statistic)
-    if len(x) > exact_up_to: return rho, float(sps.spearmanr(x, y).pvalue)
+    r = sps.spearmanr(x, y)
+    if len(x) > exact_up_to: return float(r.statistic), float(r.pvalue)
     from itertools import permutations
     rx, ry = sps.rankdata(x), sps.rankdata(y)
     null = np.array([np.corrcoef(rx, ry[list(q)])[0, 1] for q in permutations(range(len(y)))])
-    return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-12))
+    return float(r.statistic), float(np.mean(np.abs(null) >= abs(r.statistic) - 1e-12))
