@@ -62,6 +62,7 @@ test-slow: $(STAMP) zoo-ci
 
 test-cuda: $(STAMP) zoo-ci
 	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 1 --flags "slow cuda" --timing
+	$(PY) bench/bench_table8.py --device cuda --out $(TEST_HOME)/table8
 
 bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py

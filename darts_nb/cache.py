@@ -123,18 +123,21 @@ def _name(model) -> str:
 
 def check_pair(merged, # the merged model
                target, # the expert
-               tokenizer=None, # the tokenizer the cache will use
+               tokenizer=None, # the tokenizer the cache will use (the merged model's)
                target_tokenizer=None, # the expert's own tokenizer, if separate
               ) -> None:
-    "A `ValueError` when the two models (or their tokenizers) cannot share one cache."
+    "A `ValueError` when the two models (or their tokenizers) cannot share one cache; an expert whose vocabulary extends the tokenizer's (Code Llama) can."
     em, et = merged.get_input_embeddings().weight.shape, target.get_input_embeddings().weight.shape
     hm, ht = merged.config.hidden_size, target.config.hidden_size
     if hm != ht: raise ValueError(f"hidden sizes differ: merged {_name(merged)} has {hm}, target {_name(target)} has {ht}")
-    if em[0] != et[0]: raise ValueError(f"tokenizers/vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}")
-    if tokenizer is not None and len(tokenizer) > em[0]:
-        raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the models have {em[0]} embedding rows: not their tokenizer")
-    if target_tokenizer is not None and tokenizer is not None and _vocab_hash(tokenizer) != _vocab_hash(target_tokenizer):
-        raise ValueError("tokenizer and target_tokenizer have different vocabularies")
+    n = len(tokenizer) if tokenizer is not None else min(em[0], et[0])
+    for who, m, rows in (('merged', merged, em[0]), ('target', target, et[0])):
+        if rows < n: raise ValueError(f"tokenizer has {n} tokens but {who} {_name(m)} has {rows} embedding rows: not its tokenizer")
+    if em[0] != et[0] and tokenizer is None: raise ValueError(f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}; pass the shared tokenizer")
+    if target_tokenizer is not None and tokenizer is not None:
+        tv = target_tokenizer.get_vocab()
+        bad = [(t, i, tv.get(t)) for t, i in tokenizer.get_vocab().items() if tv.get(t) != i]
+        if bad: raise ValueError(f"tokenizer and target_tokenizer disagree: token {bad[0][0]!r} is {bad[0][1]} in one and {bad[0][2]} in the other ({len(bad)} such tokens)")
 
 # %% ../nbs/06_cache.ipynb #7a617d05
 TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')

@@ -10,7 +10,8 @@ import argparse, sys
 from .core import in_notebook
 
 # %% auto #0
-__all__ = ['PROFILE_HELP', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'main']
+__all__ = ['PROFILE_HELP', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch',
+           'main']
 
 # %% ../nbs/22_cli.ipynb #a19129b7
 PROFILE_HELP = "'toy' (the built-in zoo, default), 'ci', 'llama2-7b', or a YAML file with base and experts"
@@ -21,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     from darts_nb.surgery import SURGERY_KINDS
     from darts_nb.losses import LOSSES
     ap = argparse.ArgumentParser(prog='darts', description='DARTS: representation surgery for merged LLMs.')
-    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{zoo,merge,surgery,eval,report,run}')
+    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{zoo,merge,surgery,eval,report,run,fetch}')
     prof = dict(default='toy', help=PROFILE_HELP)
     z = sub.add_parser('zoo', help='build the built-in model zoo')
     z.add_argument('--size', default='toy', choices=['toy', 'ci'], help='which zoo (default toy)')
@@ -42,11 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument('--rank', type=int, default=16); s.add_argument('--iters', type=int, default=500)
     s.add_argument('--lr', type=float, default=1e-3); s.add_argument('--seed', type=int, default=0, help='calibration seed')
     s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all)')
+    s.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
     e = sub.add_parser('eval', help='score a checkpoint on the domains through lm-eval')
     e.add_argument('--model', required=True, help='a local checkpoint directory')
     e.add_argument('--domains', nargs='+', default=list(DOMAINS), choices=DOMAINS)
     e.add_argument('--limit', type=int, default=None, help='eval items per domain')
     e.add_argument('--tasks', default='toy', choices=['toy', 'paper'], help='the task set: the toy domains or the paper benchmarks')
+    e.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
+    e.add_argument('--batch-size', type=_batch_size, default=32, help="generation batch size, or 'auto' (default 32)")
     r = sub.add_parser('report', help='write runs/NAME/report.md and report.html from a run')
     r.add_argument('name', help='the run name')
     a = sub.add_parser('run', help='run the whole programme (resumable) and write the report')
@@ -57,7 +61,22 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
     a.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
     a.add_argument('--workers', type=int, default=1, help='processes computing arms and evaluations at once (default 1)')
+    a.add_argument('--judge', default=None, metavar='CFG', help='paper profile: the alpaca_eval annotators config that judges AlpacaEval '
+                   '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged')
+    a.add_argument('--batch-size', type=_batch_size, default=None, help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)")
+    a.add_argument('--delete-merges', action='store_true', help='delete each sweep merge once scored (a 7B merge takes 13.5 GB)')
+    f = sub.add_parser('fetch', help="download a profile's hub models and the paper's datasets (needs the network)")
+    f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' (default) or a YAML file whose models are hub ids")
+    f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
     return ap
+
+def _batch_size(v: str) -> int|str:
+    "A --batch-size value: 'auto' or an integer >= 1."
+    if v == 'auto': return v
+    try: n = int(v)
+    except ValueError: raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}") from None
+    if n < 1: raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}")
+    return n
 
 def _positive(ap, **vals):
     "Refuse (through argparse, exit 2) any of `vals` given and below 1."
@@ -86,7 +105,7 @@ def cmd_surgery(a, ap):
     "darts surgery: one arm on one (merge, domain), printed beside the merge without surgery."
     from darts_nb.runs import Arm, NONE, make_run, run_arm, run_dir, stage_merges
     _positive(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
-    run = make_run(a.profile, a.name, eval_limit=a.eval_limit)
+    run = make_run(a.profile, a.name, eval_limit=a.eval_limit, device=a.device)
     stage_merges(run, [a.merge])
     arm = Arm(a.kind, a.loss, a.rank, a.lr, a.iters, 50, a.seed)
     for label, x in (('no surgery', NONE), (arm.label, arm)):
@@ -97,10 +116,11 @@ def cmd_surgery(a, ap):
 def cmd_eval(a, ap):
     "darts eval: score a checkpoint through lm-eval."
     from darts_nb.zoo import load_model
+    from darts_nb.hub import resolve_model
     from darts_nb.evaluate import evaluate_model
     _positive(ap, limit=a.limit)
-    m, t = load_model(a.model)
-    print(evaluate_model(m, t, a.domains, profile=a.tasks, limit=a.limit).to_string(index=False))
+    m, t = load_model(resolve_model(a.model), device=a.device)
+    print(evaluate_model(m, t, a.domains, profile=a.tasks, limit=a.limit, batch_size=a.batch_size).to_string(index=False))
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c4
 def cmd_report(a, ap):
@@ -114,9 +134,18 @@ def cmd_run(a, ap):
     "darts run: the whole programme, then the report."
     from darts_nb.experiments import run_all
     _positive(ap, eval_limit=a.eval_limit, workers=a.workers)
-    run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device, workers=a.workers)  # prints where the report is
+    run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device, workers=a.workers,
+            judge=a.judge, batch_size=a.batch_size, keep_merges=not a.delete_merges)  # prints where the report is
 
-COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run}
+def cmd_fetch(a, ap):
+    "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much first)."
+    from darts_nb.zoo import ZOO_SIZES, profile_refs
+    from darts_nb.hub import fetch, is_hub_id
+    if a.profile in ZOO_SIZES: raise ValueError(f'--profile {a.profile}: the built-in zoo is built here (darts zoo), there is nothing to fetch')
+    _, refs, _ = profile_refs(a.profile)
+    fetch({r: v for r, v in refs.items() if is_hub_id(v)}, dry_run=a.dry_run)
+
+COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run, 'fetch': cmd_fetch}
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c6
 def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])

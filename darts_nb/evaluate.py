@@ -11,6 +11,7 @@ from pathlib import Path
 from .core import darts_home, atomic_write, write_json, check_choice
 from .domains import DOMAINS, METRICS, export_jsonl, score_completion
 from .benchmarks import paper_split
+from .hub import alpaca_reference_path
 from .sandbox import run_code
 
 # %% auto #0
@@ -153,18 +154,20 @@ def alpaca_eval_outputs(samples: list, # lm-eval's logged samples of the AlpacaE
 
 def judge_alpaca_eval(outputs_path: Path, # alpaca_eval model outputs (JSON)
                       judge: str|None, # an alpaca_eval annotators config; None: not judged
+                      reference: str|Path|None = None, # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
                      ) -> dict|None:
-    "Win rate and stderr (%) from alpaca_eval with annotator config `judge`, or None (with a warning) when not configured."
+    "Win rate and stderr (%) against the reference, judged by alpaca_eval with annotator config `judge`; None (with a warning) when it cannot be judged."
     import warnings
-    why = None
-    if not judge: why = 'no judge configured (pass judge=<alpaca_eval annotators_config>)'
+    ref, why = Path(reference) if reference else alpaca_reference_path(), None
+    if not judge: why = 'no judge configured (darts run --judge <alpaca_eval annotators config>; the judge reads OPENAI_API_KEY / OPENAI_BASE_URL)'
+    elif not ref.exists(): why = f'the reference outputs {ref} are missing (darts fetch --profile llama2-7b brings them)'
     else:
         try: import alpaca_eval
         except ImportError: why = "the 'alpaca-eval' package is not installed (pip install 'darts_nb[paper]')"
     if why:
-        warnings.warn(f'AlpacaEval judging skipped: {why}; outputs are in {outputs_path}; no AlpacaEval score reported')
+        warnings.warn(f'AlpacaEval not judged: {why}; the outputs are in {outputs_path}')
         return None
-    board, _ = alpaca_eval.evaluate(model_outputs=str(outputs_path), annotators_config=judge,
+    board, _ = alpaca_eval.evaluate(model_outputs=str(outputs_path), reference_outputs=str(ref), annotators_config=judge,
                                     is_return_instead_of_print=True, output_path=str(Path(outputs_path).parent))
     row = board.iloc[0]
     return dict(value=float(row['win_rate']), stderr=float(row.get('standard_error', float('nan'))), n=int(row.get('n_total', 0)) or None)
@@ -175,7 +178,7 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
                    domains=('code', 'math', 'instruct'), # the domains to score
                    profile: str = 'toy', # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
                    limit: int|None = None, # score only the first `limit` items per domain (tests, quick looks)
-                   batch_size: int = 32, # generation batch size
+                   batch_size: int|str = 32, # generation batch size, or 'auto' (lm-eval finds the largest that fits the device)
                    seed: int = 0, # split seed and sampling seed
                    max_new_tokens: int|None = None, # override every task's generation budget
                    log_samples: bool = False, # keep lm-eval's samples (generations) in `df.attrs['samples']`
@@ -184,6 +187,8 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
                    out_dir: str|Path|None = None, # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
                    generator: str = 'darts_nb', # paper profile: the model's name in the AlpacaEval outputs
                    chat_template: bool = False, # apply the tokenizer's chat template to every prompt
+                   n_calib: int = 50, # paper profile: calibration items held out of the scored part
+                   reference: str|Path|None = None, # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
                   ) -> 'pd.DataFrame':
     "Score `model` with lm-eval: a tidy frame of domain, metric, value (%), n, stderr (%); per-item scores in `df.attrs['items']`."
     import logging
@@ -193,7 +198,7 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     check_choice(profile, ('toy', 'paper'), 'profile')
     tm = task_manager()
     if profile == 'toy': cfgs = {d: toy_task_config(d, seed=seed, max_new_tokens=max_new_tokens, tm=tm) for d in domains}
-    else: cfgs = paper_task_configs(domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, tm=tm)
+    else: cfgs = paper_task_configs(domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, n_calib=n_calib, tm=tm)
     alpaca = profile == 'paper' and 'instruct' in cfgs
     lg = logging.getLogger('lm_eval'); lvl = lg.level; lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
     import datasets.utils.logging as dlog
@@ -210,11 +215,11 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     df, items = _tidy(out, cfgs), _items(out, cfgs)
     if alpaca:
         import pandas as pd
-        df = df[~((df.domain == 'instruct') & (df.metric == 'generated'))].reset_index(drop=True)
         recs = alpaca_eval_outputs(out['samples'][cfgs['instruct']['task']], generator)
         path = write_json(Path(out_dir or darts_home()/'alpaca_eval')/f'{generator}_seed{seed}_outputs.json', recs)
-        res = judge_alpaca_eval(path, judge)
-        if res: df = pd.concat([df, pd.DataFrame([dict(domain='instruct', metric='win_rate', **res)])], ignore_index=True)
+        res = judge_alpaca_eval(path, judge, reference)  # unjudged, the 'generated' count stays: what was generated, never a score
+        if res: df = pd.concat([df[~((df.domain == 'instruct') & (df.metric == 'generated'))],
+                                pd.DataFrame([dict(domain='instruct', metric='win_rate', **res)])], ignore_index=True)
         df.attrs['alpaca_eval_outputs'] = str(path)
     df.attrs['items'] = items[~((items.domain == 'instruct') & (items.metric == 'generated'))].reset_index(drop=True)
     if log_samples: df.attrs['samples'] = out.get('samples', {})

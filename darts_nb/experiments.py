@@ -33,13 +33,16 @@ def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
             eval_limit: int|None = None, # eval items per domain (default: 60 with quick, all otherwise)
             device: str|None = None, # default: CUDA if available
             workers: int = 1, # processes computing jobs at once (CPU: up to the number of cores)
+            judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
+            batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
+            keep_merges: bool = True, # False: delete each sweep merge once scored
            ) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     if only is not None:
         if not only: raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
         bad = [n for n in only if n not in EXPERIMENTS]
         if bad: raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
-    run = make_run(profile, name, quick, eval_limit, device, workers)
+    run = make_run(profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges)
     if only is None and quick: only = list(QUICK_EXPERIMENTS)
     try: _run_records(run, only)
     finally: run.close()
@@ -52,6 +55,8 @@ def _run_records(run: Run, only: list[str]|None) -> None:
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     for n, exp in EXPERIMENTS.items():
         if only is not None and n not in only: continue
+        if run.eval_profile not in exp.profiles:
+            print(f'[{n}] skipped: it applies to {", ".join(exp.profiles)} tasks, not {run.eval_profile}'); continue
         t0 = time.time(); exp.run(run)
         timings[n] = round(time.time() - t0, 1); write_json(tpath, timings)
         print(f'[{n}] done in {timings[n]:.0f} s')

@@ -12,14 +12,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .core import darts_home, default_device, atomic_path, write_json, in_notebook
-from .zoo import check_compatible
+from .zoo import check_compatible, NOTE_FIELDS
 
 # %% auto #0
 __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES_DENSITIES', 'TIES_ASYM', 'DARE_METHODS',
            'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'FAMILY_NAMES', 'TOKENIZER_FILES',
            'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings',
-           'sweep_configs', 'family', 'quick_configs', 'config_paths', 'validate_config', 'check_models', 'is_finished',
-           'run_merges', 'best_per_method', 'main']
+           'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths', 'validate_config',
+           'check_models', 'is_finished', 'run_merges', 'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -102,7 +102,24 @@ def sweep_configs(base: str|Path, # the base model's directory
     for m in DARE_METHODS:
         for w in DARE_WEIGHTS:
             for d in DARE_DENSITIES: out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, w, d, dtype)
+    if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()): with_base_tokenizer(out, base)
     return out
+
+def _config(p: str|Path) -> dict:
+    "A checkpoint's config.json ({} when there is none)."
+    f = Path(p)/'config.json'
+    return json.loads(f.read_text()) if f.exists() else {}
+
+def with_base_tokenizer(cfgs: dict[str, dict], # name -> mergekit configuration, changed in place
+                        base: str|Path, # the base model's directory
+                       ) -> dict[str, dict]:
+    "Every merge keeps the base's tokenizer (mergekit aligns the embeddings); weight averaging lists a model shaped like the base first (its config is the merge's)."
+    b = _config(base)
+    like_base = lambda m: all(_config(m['model']).get(f) == b.get(f) for f in NOTE_FIELDS)
+    for cfg in cfgs.values():
+        cfg['tokenizer_source'] = _abs(base)
+        if 'base_model' not in cfg: cfg['models'] = sorted(cfg['models'], key=lambda m: not like_base(m))
+    return cfgs
 
 # %% ../nbs/09_merge.ipynb #fa6cb504
 def family(name: str # a configuration name from `sweep_configs`
@@ -160,9 +177,9 @@ def validate_config(name: str, # the configuration's name (it becomes a director
     except Exception as e: raise ValueError(f"config {name!r} is not a valid mergekit configuration: {e}") from e
 
 def check_models(paths: list[str|Path] # reference first; every path a local checkpoint
-                ) -> None:
-    "Raise a ValueError naming the path and the config field, tensor or vocabulary that differs from `paths[0]`."
-    check_compatible([Path(p) for p in paths])
+                ) -> list[str]:
+    "Raise a ValueError naming the path and the config field, tensor or token that conflicts with `paths[0]`; return the notes on tolerated differences."
+    return check_compatible([Path(p) for p in paths])
 
 # %% ../nbs/09_merge.ipynb #8755947e
 def _merge_one(mc, out: Path, device: str, seed: int) -> None:
@@ -176,7 +193,7 @@ def _merge_one(mc, out: Path, device: str, seed: int) -> None:
     run_merge(mc, out_path=str(out), options=opts)
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:
-    "Copy the tokenizer (and generation config) files of `src` into `dst`."
+    "Copy the tokenizer (and generation config) files of `src` (the configuration's tokenizer source, else its reference) into `dst`."
     for f in TOKENIZER_FILES + ('generation_config.json',):
         if (src/f).exists(): shutil.copy2(src/f, dst/f)
 
@@ -230,7 +247,7 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
                 with atomic_path(final, replace=False) as tmp:
                     tmp.mkdir()
                     _merge_one(parsed[name], tmp, dev, seed)
-                    _copy_tokenizer(Path(config_paths(cfg)[0]), tmp)
+                    _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
                     (tmp/'merge.yaml').write_text(yaml.safe_dump(json.loads(json.dumps(cfg)), sort_keys=False))
                 status = 'done'
             except Exception as e: status, err = 'failed', f"{type(e).__name__}: {e}"

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 from .core import atomic_write, pyplot, save_figure
 from .domains import DOMAINS
-from .merge import FAMILY_NAMES
+from .merge import FAMILY_NAMES, is_finished
 from .runs import (Run, NONE, STANDARD_L1, DARTS, PAPER_SEEDS, task_rows, stage_experts, experts_table, stage_sweep,
-                           sweep_table, best_merges, merges_dir, domain_cache, calib_texts, arms_over)
+                           sweep_table, best_merges, merges_dir, domain_cache, calib_texts, arms_over, stage_merges)
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
 from .store import load_items
 from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test
@@ -313,7 +313,9 @@ def exp_cost(run: Run # the run
     from darts_nb.cost import calibration_cost, COST_KINDS
     path = run.dir/'cost.json'
     if path.exists(): return
+    if not is_finished(merges_dir(run)/'ta-0.5'): stage_merges(run, ['ta-0.5'])
     texts = calib_texts(run, 'code')[0]
+    run.release()  # calibration_cost loads its own two models
     frames = [calibration_cost(str(merges_dir(run)/'ta-0.5'), run.profile.experts['code'], 'code', kind, prompts=texts,
                                device=run.device).assign(kind=kind, repeat=r) for r in range(2) for kind in COST_KINDS]
     atomic_write(path, pd.concat(frames, ignore_index=True).to_json())

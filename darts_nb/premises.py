@@ -96,7 +96,8 @@ def _placement_section(run: Run, figs: Path) -> Section|None:
                                f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone ({len(late)} items, '
                                'paired; paper: later positions 2-3x the bias of early ones).')])
 
-PLACEMENT = Experiment('placement', 'Premise (section 3.3)', 'the placement test: the same item alone and after its context', exp_placement, _placement_section)
+PLACEMENT = Experiment('placement', 'Premise (section 3.3)', 'the placement test: the same item alone and after its context', exp_placement, _placement_section,
+                       profiles=('toy',))
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d2
 def entropy_by_kind(cache # a HiddenCache with kinds
@@ -136,7 +137,7 @@ def _entropy_section(run: Run, figs: Path) -> Section|None:
     return Section(tables, claims=[claim(all_verdict(parts), 'Premise: the expert is more uncertain before a decision token than before the '
                                          'other answer tokens (mean entropy, decision minus other, paired by item): ' + '; '.join(lines) + '.')])
 
-ENTROPY = Experiment('entropy', 'Premise (Eq. 6)', "the expert's entropy by kind of token", exp_entropy, _entropy_section)
+ENTROPY = Experiment('entropy', 'Premise (Eq. 6)', "the expert's entropy by kind of token", exp_entropy, _entropy_section, profiles=('toy',))
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d5
 CONTROL_ARMS = {'Standard + EWL1': STANDARD_EWL1, 'Token table + EWL1': Arm('token'), 'Shuffled positions + EWL1': Arm('shuffled'), 'DARTS': DARTS}
@@ -239,4 +240,4 @@ def _summary_section(run: Run, figs: Path) -> Section|None:
                           "intervals over the held-out items."])
 
 SUMMARY = Experiment('summary', 'Beyond the paper', 'what each surgery does to the hidden states, by position (ta-0.5, held-out answers)',
-                     exp_summary, _summary_section, tuple(SUMMARY_ARMS.items()))
+                     exp_summary, _summary_section, tuple(SUMMARY_ARMS.items()), profiles=('toy',))

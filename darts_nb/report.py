@@ -20,7 +20,7 @@ from .runs import Run, DARTS, PAPER_SEEDS
 
 # %% auto #0
 __all__ = ['PAPER_COLUMNS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
-           'render_section', 'config_lines', 'write_report']
+           'render_section', 'config_lines', 'unjudged_lines', 'write_report']
 
 # %% ../nbs/17_report.ipynb #5ab9b20d
 def _fmt(v, digits: int = 1) -> str:
@@ -125,6 +125,7 @@ class Experiment:
     run: Callable  # run(run: Run) -> None: does the work; resumable, finished work is skipped
     section: Callable  # section(run, figures_dir) -> Section, or None while nothing has run
     arms: tuple = ()  # (label, Arm) pairs it runs, for reading
+    profiles: tuple = ('toy', 'paper')  # the evaluation tasks it applies to (a premise of the toy world needs its labelled spans)
 
     @property
     def heading(self) -> str: return f'{self.paper}: {self.title}'
@@ -133,12 +134,13 @@ class Experiment:
 def render_section(heading: str, # the section's heading, e.g. 'Table 1: main results'
                    sec: Section, # what the record made
                    root: Path, # the report's directory (figure links are relative to it)
+                   columns: dict|None = None, # the run's column names to show instead (the paper profile: code -> HE, ...)
                   ) -> list[str]:
     "The markdown lines of one section."
     lines = [f'## {heading}', '']
     for t in sec.tables:
         if t.title: lines += [f'### {t.title}', '']
-        lines += [md_table(side_by_side(t.shown(), t.paper), t.digits), '']
+        lines += [md_table(side_by_side(t.shown(), t.paper).rename(columns=columns or {}), t.digits), '']
     for caption, path in sec.figures: lines += [f'![{caption}]({Path(path).relative_to(root)})', '']
     for n in sec.notes: lines += [n, '']
     return lines
@@ -181,6 +183,23 @@ def _write_html(md_path: Path) -> Path:
     return atomic_write(md_path.with_suffix('.html'), f'<!doctype html><html><head><meta charset="utf-8"><title>{md_path.parent.name}: DARTS report</title>'
                         f'<style>{css}</style></head><body>{body}</body></html>\n')
 
+def _columns_line(run: Run) -> str:
+    "What the run's own columns are: the same benchmarks (paper profile), or the toy domains that stand for them."
+    if run.eval_profile == 'paper': return "The run's columns are the same benchmarks, measured on this run's models, in %"
+    return (f"The run's columns are its own domains ({', '.join(f'{d} ~ {PAPER_COLUMNS[d]}' for d in DOMAINS)}), "
+            f"scored in % by the `{run.eval_profile}` evaluation profile")
+
+def unjudged_lines(run: Run # the run
+                  ) -> list[str]:
+    "On the paper profile without a judge: one line saying that AlpacaEval is not judged and where its outputs are."
+    if run.eval_profile != 'paper' or not (run.dir/'alpaca_eval').exists(): return []
+    from darts_nb.store import load_results
+    try: df = load_results(run.dir)
+    except FileNotFoundError: return []
+    if ((df.domain == 'instruct') & (df.metric == 'win_rate')).any(): return []
+    return [f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
+            f"format, are in `{run.dir/'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."]
+
 def _tally(claims: list[str]) -> str:
     "'k agree, k disagree, k inconclusive' of claim lines."
     n = {v: sum(f'**{v}**' in c for c in claims) for v in VERDICTS}
@@ -195,11 +214,12 @@ def write_report(run: Run, # the run
     for exp in experiments.values():
         sec = exp.section(run, figs)
         if sec is None: continue
-        body += render_section(exp.heading, sec, run.dir); claims += sec.claims; core += sec.core; top += sec.top
+        body += render_section(exp.heading, sec, run.dir, PAPER_COLUMNS if run.eval_profile == 'paper' else None)
+        claims += sec.claims; core += sec.core; top += sec.top
+    top += unjudged_lines(run)
     head = [f'# DARTS run `{run.name}`', '',
             f'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; HE = HumanEval, GSM = GSM8K, '
-            f'AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". The run\'s columns are its own domains '
-            f'({", ".join(f"{d} ~ {PAPER_COLUMNS[d]}" for d in DOMAINS)}), scored in % by the `{run.eval_profile}` evaluation profile, '
+            f'AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". ' + _columns_line(run) + ', '
             'each with its standard error; a dash marks a cell one side does not have. A claim AGREES or DISAGREES with the paper only '
             'when the 95 % interval of the difference it is about excludes zero (or the value it names); otherwise it is INCONCLUSIVE.', '',
             f'## The core claims ({_tally(core)})', '', *top, *([''] if top else []), *(core or ['_(not measured yet)_']), '',

@@ -6,13 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import difflib, json, random
+import difflib, json, random, re, shutil
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, set_seed, write_json, stable_hash, path_fingerprint
+from .core import darts_home, set_seed, write_json, stable_hash, path_fingerprint, default_device
 from .domains import DOMAINS, METRICS, CALIB_TEXTS, load_split, with_context, training_text, calibration_text, text_spans
 from .zoo import get_profile, load_model, Profile
 from .merge import FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method
@@ -23,13 +23,14 @@ from .train import train_surgery, argmax_agreement
 from .bias import token_bias
 from .store import record, load_results, load_items, RESULT_COLUMNS
 from .evaluate import evaluate_model
+from .benchmarks import paper_split, paper_prompt, paper_reference
 
 # %% auto #0
 __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'models_key',
-           'make_run', 'open_run', 'recorded', 'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts',
-           'experts_table', 'merges_dir', 'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table',
-           'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'sweep_scores',
-           'arms_over']
+           'make_run', 'open_run', 'recorded', 'evaluate_in_run', 'score_job', 'record_job', 'run_jobs', 'task_rows',
+           'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep',
+           'sweep_table', 'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job',
+           'sweep_scores', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ class Run:
     device: str|None = None  # where models run (None: CUDA if available)
     models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
     workers: int = 1  # processes that compute jobs (arms, evaluations) at once; the driver alone writes the store
+    judge: str|None = None  # paper profile: the alpaca_eval annotators config that judges AlpacaEval (None: not judged)
+    batch_size: int|str|None = None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
+    keep_merges: bool = True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
     _models: dict = field(default_factory=dict, repr=False)
     _pool: object = field(default=None, repr=False)
 
@@ -102,19 +106,37 @@ class Run:
     @property
     def eval_profile(self) -> str: return self.profile.eval_profile
 
+    @property
+    def merge_dtype(self) -> str:
+        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB, not 27)."
+        return 'float32' if self.profile.zoo_size else 'bfloat16'
+
+    @property
+    def eval_batch_size(self) -> int|str:
+        "The generation batch size: the run's, else lm-eval's 'auto' for the paper's tasks on a GPU (on a CPU it can only find the RAM's limit), else 32."
+        return self.batch_size or ('auto' if self.eval_profile == 'paper' and default_device(self.device).type == 'cuda' else 32)
+
     def model(self, path: str # a checkpoint directory
              ):
-        "Load (once) a model and tokenizer by path; the three most recent stay in memory."
+        "Load (once) a model and tokenizer by path; the two most recently used stay in memory (a stage needs at most a merge and an expert)."
         path = str(path)
-        if path not in self._models:
-            if len(self._models) >= 3: self._models.pop(next(iter(self._models)))
+        if path in self._models: self._models[path] = self._models.pop(path)  # most recent last
+        else:
+            while len(self._models) >= 2:
+                self._models.pop(next(iter(self._models)))
+                if torch.cuda.is_available(): torch.cuda.empty_cache()
             self._models[path] = load_model(path, self.device)
         return self._models[path]
+
+    def release(self):
+        "Drop the loaded models (a stage that loads its own, like the cost measurement, starts with free memory)."
+        self._models.clear()
+        if torch.cuda.is_available(): torch.cuda.empty_cache()
 
     def spec(self) -> dict:
         "What a worker process needs to rebuild this run (plain data)."
         return dict(name=self.name, profile=asdict(self.profile), quick=self.quick, eval_limit=self.eval_limit, device=self.device,
-                    models_key=self.models_key)
+                    models_key=self.models_key, judge=self.judge, batch_size=self.batch_size, keep_merges=self.keep_merges)
 
     def close(self):
         "Stop the run's worker processes, if any."
@@ -137,6 +159,9 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
              eval_limit: int|None = None, # eval items per domain; default 60 with quick, all otherwise
              device: str|None = None, # where models run (None: CUDA if available)
              workers: int = 1, # processes computing jobs at once (CPU: at most the number of cores)
+             judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
+             batch_size: int|str|None = None, # generation batch size (None: 32 on the toy tasks, 'auto' on the paper's)
+             keep_merges: bool = True, # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
             ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile."
     _check_run_args(name, eval_limit)
@@ -148,8 +173,11 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
             raise ValueError(f"run {name!r} was made with other models (profile {old.get('profile', {}).get('name')!r}, models {old.get('models_key')!r}; "
                              f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1: raise ValueError(f"workers={workers!r}: expected an integer >= 1")
-    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key, workers)
-    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key))
+    if batch_size is not None and batch_size != 'auto' and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size={batch_size!r}: expected None, 'auto' or an integer >= 1")
+    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key, workers,
+              judge, batch_size, keep_merges)
+    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge))
     return run
 
 def open_run(name: str, # an existing run's name
@@ -161,7 +189,7 @@ def open_run(name: str, # an existing run's name
     if not meta.exists():
         raise FileNotFoundError(f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)")
     m = json.loads(meta.read_text())
-    return Run(name, Profile(**m['profile']), m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''))
+    return Run(name, Profile(**m['profile']), m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''), judge=m.get('judge'))
 
 # %% ../nbs/15_runs.ipynb #49196aa2
 def recorded(run: Run, # the run
@@ -173,6 +201,17 @@ def recorded(run: Run, # the run
     for k, v in key.items(): df = df[df[k] == v]
     return df
 
+def evaluate_in_run(run: Run, # the run
+                    model, tok, # the model (a surgery module attached, if any) and its tokenizer
+                    domains, # the domains to score
+                    key: dict, # the store columns that say what is scored (they name its AlpacaEval outputs)
+                    n_calib: int = 50, # paper profile: calibration items kept out of the scored part
+                   ) -> 'pd.DataFrame':
+    "`evaluate.evaluate_model` with the run's options: its tasks, eval limit, batch size, judge, and AlpacaEval outputs under runs/<name>/alpaca_eval."
+    name = '_'.join(str(v) for v in key.values() if v not in (None, ''))
+    return evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit, batch_size=run.eval_batch_size,
+                          judge=run.judge, out_dir=run.dir/'alpaca_eval', generator=re.sub(r'[^\w.+-]', '-', name), n_calib=n_calib)
+
 def score_job(run: Run, # the run
               path: str, # a checkpoint
               domains, # the domains to score
@@ -180,7 +219,7 @@ def score_job(run: Run, # the run
              ) -> dict:
     "Evaluate a checkpoint on `domains` through lm-eval: the rows and items to record under `key`."
     model, tok = run.model(path)
-    df = evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit)
+    df = evaluate_in_run(run, model, tok, domains, key)
     return dict(key=key, rows=df.to_dict('records'), items=df.attrs['items'].to_dict('records'))
 
 def record_job(run: Run, # the run
@@ -251,7 +290,7 @@ def sweep_grid(run: Run # the run
               ) -> dict[str, dict]:
     "The run's merge configurations: the full grid, or `merge.QUICK` with `run.quick`."
     base, experts = run.profile.base, run.profile.experts
-    return quick_configs(base, experts) if run.quick else sweep_configs(base, experts)
+    return quick_configs(base, experts, run.merge_dtype) if run.quick else sweep_configs(base, experts, run.merge_dtype)
 
 # %% ../nbs/15_runs.ipynb #a25f7fb4
 def _pick(cfgs: dict, names: list[str]|None) -> dict:
@@ -267,7 +306,7 @@ def _pick(cfgs: dict, names: list[str]|None) -> dict:
 def _configs(run: Run, names: list[str]|None) -> dict:
     "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
     if names is None: return sweep_grid(run)
-    return _pick(sweep_configs(run.profile.base, run.profile.experts), names)
+    return _pick(sweep_configs(run.profile.base, run.profile.experts, run.merge_dtype), names)
 
 def stage_merges(run: Run, # the run
                  names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)
@@ -289,8 +328,13 @@ def score_merges(run: Run, # the run
 def stage_sweep(run: Run, # the run
                 names: list[str]|None = None, # configurations (None: the whole sweep)
                ) -> None:
-    "Merge, then score, the sweep."
-    stage_merges(run, names); score_merges(run, names)
+    "Merge, then score, the sweep; without `run.keep_merges`, a few at a time, each deleted once scored (disk holds `workers` merges, not the sweep)."
+    if run.keep_merges: stage_merges(run, names); score_merges(run, names); return
+    todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
+    for i in tqdm(range(0, len(todo), run.workers), desc='sweep (merge, score, delete)'):
+        part = todo[i:i + run.workers]
+        stage_merges(run, part); score_merges(run, part)
+        for n in part: shutil.rmtree(merges_dir(run)/n, ignore_errors=True)
 
 # %% ../nbs/15_runs.ipynb #519f5bf3
 def sweep_table(run: Run # the run
@@ -315,8 +359,14 @@ def calib_items(domain: str, # one of DOMAINS
                 n: int = 50, # items wanted
                 seed: int = 0, # calibration seed: which items are drawn, and their order
                 split: str = 'calib', # 'calib', or 'eval' for held-out items
+                profile: str = 'toy', # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' Table 7 split)
                ) -> list[dict]:
-    "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100), training items with contexts."
+    "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100): toy training items, or more of the benchmark (then kept out of that arm's evaluation)."
+    if profile == 'paper':
+        if split != 'calib': return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
+        items = paper_split(domain, 'calib', n_calib=max(50, n))
+        g = torch.Generator().manual_seed(seed)
+        return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
     items = load_split(domain, split, seed=0)
     if split != 'calib': return items[:n]
     if n > len(items):  # never from eval
@@ -325,9 +375,11 @@ def calib_items(domain: str, # one of DOMAINS
     g = torch.Generator().manual_seed(seed)
     return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
 
-def _texts(run: Run, items: list[dict], split: str, mode: str) -> tuple[list[str], list|None]:
+def _texts(run: Run, domain: str, items: list[dict], split: str, mode: str) -> tuple[list[str], list|None]:
     "(texts, spans) of items: calibration text of 'calib' items, full text (with the reference) of held-out ones."
-    if run.eval_profile != 'toy': return [it['prompt'] for it in items], None
+    if run.eval_profile != 'toy':
+        ref = split != 'calib' or mode == 'prompt+reference'
+        return [paper_prompt(domain, it) + (paper_reference(domain, it) if ref else '') for it in items], None
     texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
     return texts, [text_spans(it, t) for it, t in zip(items, texts)]
 
@@ -339,7 +391,7 @@ def calib_texts(run: Run, # the run
                 mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                ) -> tuple[list[str], list|None]:
     "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
-    return _texts(run, calib_items(domain, n, seed, split), split, mode)
+    return _texts(run, domain, calib_items(domain, n, seed, split, run.eval_profile), split, mode)
 
 def domain_cache(run: Run, # the run
                  merge: str, # a merge of the run's sweep
@@ -351,9 +403,9 @@ def domain_cache(run: Run, # the run
                 ):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text, in the seed's order (built once)."
     if not is_finished(merges_dir(run)/merge): stage_merges(run, [merge])
-    items = calib_items(domain, n, seed, split)
+    items = calib_items(domain, n, seed, split, run.eval_profile)
     order = sorted(range(len(items)), key=lambda i: items[i]['id'])  # the same set in any order is one cache: seeds that only reorder share it
-    texts, spans = _texts(run, [items[i] for i in order], split, mode)
+    texts, spans = _texts(run, domain, [items[i] for i in order], split, mode)
     c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
                            progress=False, models=run.model, spans=spans)
     where = {i: k for k, i in enumerate(order)}
@@ -398,12 +450,12 @@ def arm_job(run: Run, # the run
         module, final = _train_arm(run, merge, domain, arm, merged, head)
         before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)  # per held-out prompt: Eq. 7's sums
         rows = [dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n), dict(metric='final_loss', value=final, n=arm.iters)]
-        ids = [it['id'] for it in calib_items(domain, len(held), split='eval')]
+        ids = [it['id'] for it in calib_items(domain, len(held), split='eval', profile=run.eval_profile)]
         items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
     scored = sweep_scores(run, merge, domain) if module is None else None
     if scored is None:
-        with surgery(merged, module): df = evaluate_model(merged, tok, [domain], profile=run.eval_profile, limit=run.eval_limit)
+        with surgery(merged, module): df = evaluate_in_run(run, merged, tok, [domain], key, n_calib=max(50, arm.calib_n))
         scored = df.drop(columns=['domain']).to_dict('records'), df.attrs['items'].drop(columns=['domain']).to_dict('records')
     return dict(key=key, rows=rows + scored[0], items=items + scored[1])
 
@@ -413,9 +465,9 @@ def sweep_scores(run: Run, # the run
                 ) -> tuple[list, list]|None:
     "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores, not computed twice; None when absent."
     key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
-    df = task_rows(run, **key)
+    df = recorded(run, **key)  # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
     its = load_items(run.dir, **key)
-    if df.empty or its.empty: return None
+    if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()): return None  # a score without its items: evaluate again
     return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict('records')
 
 def arms_over(run: Run, # the run

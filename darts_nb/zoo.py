@@ -13,12 +13,13 @@ import torch
 from tqdm.auto import tqdm
 from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
+from .hub import PAPER_MODELS, resolve_models, is_hub_id
 
 # %% auto #0
-__all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'PAPER_MODELS', 'ZooSpec', 'zoo_spec', 'zoo_dir', 'corpus',
-           'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm', 'build_zoo',
-           'load_model', 'tensor_shapes', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table',
-           'Profile', 'get_profile', 'main']
+__all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'ZooSpec', 'zoo_spec', 'zoo_dir',
+           'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm',
+           'build_zoo', 'load_model', 'tensor_shapes', 'check_compatible', 'generate_completions', 'score_model',
+           'zoo_table', 'Profile', 'profile_refs', 'get_profile', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -230,7 +231,9 @@ def load_model(path: str|Path, # a local checkpoint directory
 
 # %% ../nbs/03_zoo.ipynb #13bf5903
 ARCH_FIELDS = ('model_type', 'architectures', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
-               'num_attention_heads', 'num_key_value_heads', 'vocab_size', 'tie_word_embeddings', 'head_dim')
+               'num_attention_heads', 'num_key_value_heads', 'tie_word_embeddings', 'head_dim')
+NOTE_FIELDS = ('vocab_size', 'rope_theta', 'rope_parameters', 'max_position_embeddings')  # may differ (an extended vocabulary, Code Llama's RoPE): noted
+VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')  # their rows may grow with an extended vocabulary
 
 def tensor_shapes(path: str|Path # a checkpoint directory
                  ) -> dict[str, tuple]:
@@ -248,29 +251,47 @@ def _vocab(path: Path) -> dict|None:
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
 
+def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
+    "Same tensors and shapes, except more rows in the vocabulary tensors."
+    for k in sorted(set(rt) | set(t)):
+        if k not in t: raise ValueError(f"{a} lacks tensor {k} that {b} has")
+        if k not in rt: raise ValueError(f"{a} has tensor {k} that {b} lacks")
+        grows = k.endswith(VOCAB_TENSORS) and t[k][1:] == rt[k][1:] and t[k][0] >= rt[k][0]
+        if rt[k] != t[k] and not grows: raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
+
+def _check_vocab(rv: dict, v: dict, a: str, b: str) -> str|None:
+    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs."
+    if v == rv: return None
+    clash = sorted((t, i, v[t]) for t, i in rv.items() if t in v and v[t] != i)
+    lost = sorted(t for t in rv if t not in v)
+    if clash: raise ValueError(f"{a} and {b} give token {clash[0][0]!r} different ids ({clash[0][2]} vs {clash[0][1]}; {len(clash)} such tokens)")
+    if lost: raise ValueError(f"{a} lacks {len(lost)} token(s) of {b}'s vocabulary, e.g. {lost[:3]}")
+    added = sorted(set(v) - set(rv), key=v.get)
+    return f"{a} adds {len(added)} token(s) to {b}'s vocabulary ({', '.join(map(repr, added[:4]))}{', ...' if len(added) > 4 else ''}): merged, calibrated and evaluated with {b}'s tokenizer"
+
 def check_compatible(paths: dict[str, str|Path]|list[str|Path], # role -> local checkpoint, or a list; the first is the reference
-                    ) -> None:
-    "Raise a ValueError naming the checkpoint and the config field, tensor or vocabulary that differs from the first."
+                    ) -> list[str]:
+    "Raise a ValueError naming the checkpoint and the config field, tensor or token that conflicts with the first; return (and warn) notes on tolerated differences."
+    import warnings
     items = [(str(n), Path(p)) for n, p in (paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths))]
     for _, p in items:
         if not (p/'config.json').exists(): raise FileNotFoundError(f"model path {p} has no config.json (missing or not a checkpoint)")
     who = lambda n, p: str(p) if n == str(p) else f'{n} ({p})'
     (rn, ref), rest = items[0], items[1:]
-    rc, rt, rv = json.loads((ref/'config.json').read_text()), tensor_shapes(ref), _vocab(ref)
+    rc, rt, rv, notes = json.loads((ref/'config.json').read_text()), tensor_shapes(ref), _vocab(ref), []
     for n, p in rest:
         c, a, b = json.loads((p/'config.json').read_text()), who(n, p), who(rn, ref)
         for f in ARCH_FIELDS:
             if rc.get(f) != c.get(f): raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
+        if (c.get('vocab_size') or 0) < (rc.get('vocab_size') or 0):
+            raise ValueError(f"{a} differs from {b} in config field vocab_size: {c.get('vocab_size')!r} < {rc.get('vocab_size')!r}")
+        notes += [f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in NOTE_FIELDS if rc.get(f) != c.get(f)]
         t = tensor_shapes(p)
-        if rt and t:
-            for k in sorted(set(rt) | set(t)):
-                if k not in t: raise ValueError(f"{a} lacks tensor {k} that {b} has")
-                if k not in rt: raise ValueError(f"{a} has tensor {k} that {b} lacks")
-                if rt[k] != t[k]: raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
+        if rt and t: _check_tensors(rt, t, a, b)
         v = _vocab(p)
-        if rv is not None and v is not None and v != rv:
-            diff = sorted(set(v.items()) ^ set(rv.items()))[:3]
-            raise ValueError(f"{a} has a different tokenizer vocabulary from {b} ({len(v)} vs {len(rv)} entries; e.g. {diff})")
+        if rv is not None and v is not None and (note := _check_vocab(rv, v, a, b)): notes.append(note)
+    for note in notes: warnings.warn(note)
+    return notes
 
 # %% ../nbs/03_zoo.ipynb #f929ec62
 @torch.no_grad()
@@ -317,14 +338,6 @@ def zoo_table(paths: dict[str, Path], # role -> checkpoint, e.g. from `build_zoo
         rows += [dict(model=role, **score_model(model, tok, d, limit=limit)) for d in DOMAINS]
     return pd.DataFrame(rows).pivot(index='model', columns='domain', values='value').loc[list(paths), list(DOMAINS)]
 
-# %% ../nbs/03_zoo.ipynb #d200cbbb
-PAPER_MODELS = {  # the paper's base and fine-tunes (section 4.1), in one place
-    'base': 'meta-llama/Llama-2-7b-hf',
-    'code': 'codellama/CodeLlama-7b-hf',
-    'math': 'WizardLMTeam/WizardMath-7B-V1.0',
-    'instruct': 'meta-llama/Llama-2-7b-chat-hf',
-}
-
 # %% ../nbs/03_zoo.ipynb #d200cb02
 @dataclass
 class Profile:
@@ -334,35 +347,39 @@ class Profile:
     experts: dict
     zoo_size: str|None = None  # set for the built-in zoo profiles
     eval_profile: str = 'toy'  # which evaluation tasks apply: 'toy' or 'paper'
+    hub_ids: dict|None = None  # role -> hub id, for the models given by id
 
     @property
     def paths(self) -> dict: return {'base': self.base, **self.experts}
 
 # %% ../nbs/03_zoo.ipynb #d200cb03
-def _custom_profile(d: dict, name: str) -> Profile:
+def profile_refs(profile: str|dict|Path # 'llama2-7b', a dict, or a YAML path
+                ) -> tuple[str, dict, str]:
+    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved."
+    if isinstance(profile, dict): name, d = 'custom', profile
+    elif str(profile) == 'llama2-7b': name, d = 'llama2-7b', dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'})
+    else:
+        p = Path(profile).expanduser()
+        if p.suffix not in ('.yaml', '.yml', '.json'):
+            raise ValueError(f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file")
+        if not p.exists(): raise FileNotFoundError(f"profile file {p} does not exist")
+        import yaml
+        name, d = p.stem, yaml.safe_load(p.read_text()) or {}
     missing = [k for k in ('base', 'experts') if k not in d]
-    if missing: raise ValueError(f"profile {name!r} lacks {missing}: expected keys 'base' and 'experts' (domain -> path)")
-    for role, p in {'base': d['base'], **d['experts']}.items():
-        if str(p).startswith(('/', '.', '~')) and not Path(p).expanduser().exists():
-            raise FileNotFoundError(f"profile {name!r}: {role} path {p} does not exist")
-    return Profile(name, str(d['base']), {k: str(v) for k, v in d['experts'].items()}, eval_profile=d.get('eval', 'paper'))
+    if missing: raise ValueError(f"profile {name!r} lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
+    return name, {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}, d.get('eval', 'paper')
 
 def get_profile(profile: str|dict|Path = 'toy', # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
                 build: bool = True, # build the zoo for 'toy'/'ci' if missing
                ) -> Profile:
-    "Resolve a profile to its base and expert locations."
-    if isinstance(profile, dict): return _custom_profile(profile, 'custom')
-    if profile in ZOO_SIZES:
-        paths = build_zoo(profile) if build else {r: zoo_dir(profile)/r for r in ROLES}
-        return Profile(profile, str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=profile)
-    if profile == 'llama2-7b':
-        return Profile('llama2-7b', PAPER_MODELS['base'], {d: PAPER_MODELS[d] for d in DOMAINS}, eval_profile='paper')
-    p = Path(profile).expanduser()
-    if p.suffix in ('.yaml', '.yml', '.json'):
-        if not p.exists(): raise FileNotFoundError(f"profile file {p} does not exist")
-        import yaml
-        return _custom_profile(yaml.safe_load(p.read_text()), p.stem)
-    raise ValueError(f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file")
+    "Resolve a profile to local checkpoint directories (hub ids from the local cache; `hub.NotFetched` when absent)."
+    if isinstance(profile, (str, Path)) and str(profile) in ZOO_SIZES:
+        paths = build_zoo(str(profile)) if build else {r: zoo_dir(str(profile))/r for r in ROLES}
+        return Profile(str(profile), str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=str(profile))
+    name, refs, ev = profile_refs(profile)
+    local = resolve_models(refs, profile='<your profile YAML>' if isinstance(profile, dict) else str(profile))
+    ids = {r: v for r, v in refs.items() if is_hub_id(v)}
+    return Profile(name, str(local['base']), {d: str(local[d]) for d in refs if d != 'base'}, eval_profile=ev, hub_ids=ids or None)
 
 # %% ../nbs/03_zoo.ipynb #3c4b0019
 def main(argv: list[str]|None = None):
