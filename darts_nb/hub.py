@@ -115,17 +115,25 @@ def fetch_plan(models: dict[str, str] = PAPER_MODELS, # role -> hub id
               ) -> 'pd.DataFrame':
     "What `fetch` would download: one row per file (repo, kind, file, bytes, cached); needs the network."
     import pandas as pd
-    from huggingface_hub import snapshot_download
     rows = []
     for role, repo in models.items():
         if not is_hub_id(repo): continue
-        listing = snapshot_download(repo, cache_dir=hub_cache(), dry_run=True)
+        listing = _listing(repo, 'model')
         want = set(weight_files([f.filename for f in listing]))
         rows += [dict(repo=repo, kind='model', file=f.filename, bytes=f.file_size or 0, cached=f.is_cached) for f in listing if f.filename in want]
     for domain, (repo, fname) in datasets.items():
-        (f,) = snapshot_download(repo, repo_type='dataset', cache_dir=hub_cache(), allow_patterns=[fname], dry_run=True)
-        rows.append(dict(repo=repo, kind='dataset', file=f.filename, bytes=f.file_size or 0, cached=f.is_cached))
+        got = [f for f in _listing(repo, 'dataset', fname) if f.filename == fname]
+        if not got: raise ValueError(f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; update the file name")
+        rows += [dict(repo=repo, kind='dataset', file=f.filename, bytes=f.file_size or 0, cached=f.is_cached) for f in got]
     return pd.DataFrame(rows, columns=['repo', 'kind', 'file', 'bytes', 'cached'])
+
+def _listing(repo: str, repo_type: str, pattern: str|None = None) -> list:
+    "The files of a hub repo with their sizes and cache state (a dry run); a gated repo's error says what to do."
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError
+    try: return snapshot_download(repo, repo_type=repo_type, cache_dir=hub_cache(), allow_patterns=pattern, dry_run=True)
+    except GatedRepoError: raise ValueError(f"{repo} is gated: accept its licence on https://huggingface.co/{repo} "
+                                           f"and log in (`hf auth login`, or set HF_TOKEN), then fetch again") from None
 
 def plan_summary(plan: 'pd.DataFrame' # from `fetch_plan`
                 ) -> str:
