@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/hub.html.md"""
 
 # %% ../nbs/02a_hub.ipynb #a7b10c03
 from __future__ import annotations
-import fnmatch, os, re, urllib.request
+import fnmatch, json, os, re, urllib.request
 from pathlib import Path
 from .core import darts_home, atomic_write
 
@@ -62,7 +62,11 @@ def _cached_snapshot(repo_id: str, repo_type: str = 'model') -> Path|None:
     except (LocalEntryNotFoundError, FileNotFoundError, OSError): return None
 
 def _is_checkpoint(p: Path) -> bool:
-    return (p/'config.json').exists() and (any(p.glob('*.safetensors')) or any(p.glob('*.bin')))
+    "A config and weights, every shard of a sharded checkpoint included (an interrupted download is not a checkpoint)."
+    if not (p/'config.json').exists(): return False
+    for index in ('model.safetensors.index.json', 'pytorch_model.bin.index.json'):
+        if (p/index).exists(): return all((p/f).exists() for f in set(json.loads((p/index).read_text())['weight_map'].values()))
+    return any(p.glob('*.safetensors')) or any(p.glob('*.bin'))
 
 def resolve_models(refs: dict[str, str|Path], # role -> local path or hub id
                    profile: str = 'llama2-7b', # named in the error: the profile `darts fetch` should fetch

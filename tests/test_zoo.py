@@ -60,7 +60,7 @@ def test_vocab_mismatch_named(tmp_path, tok):
     other = train_tokenizer(['completely different text here'] * 30, vocab_size=280)
     a = _save_tiny(tmp_path/'a', tok)
     b = tmp_path/'b'; m = tiny_llama(vocab_size=len(tok)); m.save_pretrained(b); other.save_pretrained(b)
-    with pytest.raises(ValueError, match='vocabulary'): check_compatible({'base': a, 'code': b})
+    with pytest.raises(ValueError, match='different ids'): check_compatible({'base': a, 'code': b})  # the same size, ids that disagree
 
 def test_training_is_deterministic(tok):
     docs = [[('Question: 1 + 2?\nAnswer:', False), (' 3', True)], [('def f(x):\n    return x + 1\n', True)]] * 8
