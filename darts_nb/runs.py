@@ -160,7 +160,7 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
              device: str|None = None, # where models run (None: CUDA if available)
              workers: int = 1, # processes computing jobs at once (CPU: at most the number of cores)
              judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
-             batch_size: int|str|None = None, # generation batch size (None: 32 on the toy tasks, 'auto' on the paper's)
+             batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
              keep_merges: bool = True, # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
             ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile."
