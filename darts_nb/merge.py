@@ -87,7 +87,8 @@ def linear_weightings(domains: list[str]) -> dict[str, dict[str, float]]:
 
 def sweep_configs(base: str|Path, # the base model's directory
                   experts: dict[str, str|Path], # domain -> expert directory
-                  dtype: str = 'float32', # 'bfloat16' for 7B models on a GPU
+                  dtype: str = 'float32', # dtype mergekit computes in
+                  out_dtype: str|None = None, # dtype the merge is saved in (None: `dtype`); 'bfloat16' for 7B models
                  ) -> dict[str, dict]:
     "The whole merge grid of the paper: name -> mergekit configuration (plain dict)."
     if not experts: raise ValueError("experts is empty: expected a dict domain -> checkpoint path")
@@ -103,6 +104,8 @@ def sweep_configs(base: str|Path, # the base model's directory
         for w in DARE_WEIGHTS:
             for d in DARE_DENSITIES: out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, w, d, dtype)
     if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()): with_base_tokenizer(out, base)
+    if out_dtype and out_dtype != dtype:
+        for cfg in out.values(): cfg['out_dtype'] = out_dtype
     return out
 
 def _config(p: str|Path) -> dict:
@@ -136,11 +139,12 @@ FAMILY_NAMES = {'linear': 'Weight Averaging', 'ta': 'Task Arithmetic', 'ties': '
 
 def quick_configs(base: str|Path, # the base model's directory
                   experts: dict[str, str|Path], # domain -> expert directory
-                  dtype: str = 'float32', # dtype mergekit computes and saves in
+                  dtype: str = 'float32', # dtype mergekit computes in
                   names: tuple[str, ...] = QUICK, # which grid points
+                  out_dtype: str|None = None, # dtype the merge is saved in (None: `dtype`)
                  ) -> dict[str, dict]:
     "A small subset of the grid (by default one per family, `ta-0.5` included)."
-    grid = sweep_configs(base, experts, dtype)
+    grid = sweep_configs(base, experts, dtype, out_dtype)
     missing = [n for n in names if n not in grid]
     if missing: raise ValueError(f"names {missing} are not in the sweep grid")
     return {n: grid[n] for n in names}

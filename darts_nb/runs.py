@@ -108,7 +108,7 @@ class Run:
 
     @property
     def merge_dtype(self) -> str:
-        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB, not 27)."
+        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB, not 27); mergekit computes in float32 either way."
         return 'float32' if self.profile.zoo_size else 'bfloat16'
 
     @property
@@ -290,7 +290,7 @@ def sweep_grid(run: Run # the run
               ) -> dict[str, dict]:
     "The run's merge configurations: the full grid, or `merge.QUICK` with `run.quick`."
     base, experts = run.profile.base, run.profile.experts
-    return quick_configs(base, experts, run.merge_dtype) if run.quick else sweep_configs(base, experts, run.merge_dtype)
+    return quick_configs(base, experts, out_dtype=run.merge_dtype) if run.quick else sweep_configs(base, experts, out_dtype=run.merge_dtype)
 
 # %% ../nbs/15_runs.ipynb #a25f7fb4
 def _pick(cfgs: dict, names: list[str]|None) -> dict:
@@ -306,7 +306,7 @@ def _pick(cfgs: dict, names: list[str]|None) -> dict:
 def _configs(run: Run, names: list[str]|None) -> dict:
     "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
     if names is None: return sweep_grid(run)
-    return _pick(sweep_configs(run.profile.base, run.profile.experts, run.merge_dtype), names)
+    return _pick(sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype), names)
 
 def stage_merges(run: Run, # the run
                  names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)

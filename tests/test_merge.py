@@ -55,7 +55,7 @@ def test_tokenizer_vocab_differs(models, tmp_path):
     a, b = tmp_path/'a', tmp_path/'b'; shutil.copytree(models['base'], a); shutil.copytree(models['code'], b)
     train_tokenizer(['alpha beta gamma'] * 10, vocab_size=270).save_pretrained(a)
     train_tokenizer(['one two three four'] * 10, vocab_size=270).save_pretrained(b)
-    with pytest.raises(ValueError, match="lacks .* token\(s\) of .*vocabulary"): check_models([a, b])
+    with pytest.raises(ValueError, match=r"lacks .* token\(s\) of .*vocabulary"): check_models([a, b])
 
 def test_interrupted_merge_leaves_nothing_finished(models, tmp_path, monkeypatch):
     out = tmp_path/'out'; real = merge._merge_one
