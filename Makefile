@@ -72,6 +72,7 @@ test-cuda: $(STAMP) zoo-ci
 
 bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py
+	$(PY) bench/bench_check.py
 
 export: $(STAMP)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py

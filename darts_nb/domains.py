@@ -14,8 +14,8 @@ from .core import stable_hash, check_choice, atomic_write
 __all__ = ['DOMAINS', 'METRICS', 'GEN_TOKENS', 'SPLITS', 'SPLIT_SIZES', 'CONTEXT_CHARS', 'WORDS', 'NAMES', 'THINGS',
            'INSTRUCT_TEMPLATES', 'GENERATORS', 'POOL_SIZE', 'CALIB_TEXTS', 'Spanned', 'code_item', 'math_item',
            'instruct_item', 'make_pool', 'shot', 'with_context', 'load_split', 'extract_completion', 'math_answer',
-           'instruct_grade', 'judge', 'code_program', 'score_completion', 'training_text', 'calibration_text',
-           'text_spans', 'export_jsonl', 'split_hash']
+           'instruct_grade', 'judge', 'code_program', 'code_problem', 'score_completion', 'training_text',
+           'calibration_text', 'text_spans', 'export_jsonl', 'split_hash']
 
 # %% ../nbs/02_domains.ipynb #5c0443e5
 DOMAINS = ('code', 'math', 'instruct')
@@ -228,8 +228,15 @@ def judge(item: dict, # an instruct item (its `check` and `baseline`)
 def code_program(item: dict, # a code item
                  completion: str, # the model's raw generation after the prompt
                 ) -> str:
-    "The program that passes iff the completion implements the item: query, body, then the tests."
+    "The whole program (query, body, then the tests) that passes iff the completion implements the item: for `sandbox.run_code`."
     return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
+
+def code_problem(item: dict # a code item
+                ) -> dict:
+    "The item as a HumanEval-style problem for `sandbox.check_completion`: prompt, entry_point, and a check(candidate) of its tests."
+    body = ''.join(f'    {line}\n' for line in item['tests'].splitlines())
+    return dict(prompt=item['query'], entry_point=item['entry_point'],
+                test=f"def check(candidate):\n    {item['entry_point']} = candidate\n{body}")
 
 # %% ../nbs/02_domains.ipynb #71cbdb04
 def score_completion(domain: str, # one of DOMAINS
@@ -240,8 +247,8 @@ def score_completion(domain: str, # one of DOMAINS
     "1.0 correct / win, 0.5 instruct tie, 0.0 wrong."
     check_choice(domain, DOMAINS, 'domain')
     if domain == 'code':
-        from darts_nb.sandbox import run_code
-        return float(run_code(code_program(item, completion), timeout=timeout).passed)
+        from darts_nb.sandbox import check_completion
+        return float(check_completion(code_problem(item), extract_completion('code', completion), timeout=timeout).passed)
     if domain == 'math': return float(math_answer(completion) == item['answer'])
     return judge(item, extract_completion('instruct', completion))
 

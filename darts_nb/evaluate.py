@@ -12,7 +12,7 @@ from .core import darts_home, atomic_write, write_json, check_choice
 from .domains import DOMAINS, METRICS, export_jsonl, score_completion
 from .benchmarks import paper_split
 from .hub import alpaca_reference_path
-from .sandbox import run_code
+from .sandbox import check_completion
 
 # %% auto #0
 __all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_task_config', 'paper_task_configs',
@@ -116,12 +116,12 @@ def paper_task_configs(domains=('code', 'math', 'instruct'), # the paper domains
 def humaneval_program(doc: dict, # a HumanEval problem (prompt, test, entry_point)
                       completion: str, # the model's completion of the prompt
                      ) -> str:
-    "HumanEval's check: prompt + completion + the problem's tests + `check(entry_point)`."
+    "HumanEval's own check as one program (prompt + completion + tests + `check(entry_point)`), as in-process harnesses run it: for `sandbox.run_code` and comparisons."
     return doc['prompt'] + completion + '\n\n' + doc['test'] + f"\n\ncheck({doc['entry_point']})\n"
 
 def process_humaneval_results(doc: dict, results: list) -> dict:
-    "lm-eval hook: pass@1 of one greedy completion, run in the sandbox."
-    return {'pass@1': float(run_code(humaneval_program(doc, results[0]), timeout=10.0).passed)}
+    "lm-eval hook: pass@1 of one greedy completion; the tests run here, the completion in the sandbox (`sandbox.check_completion`)."
+    return {'pass@1': float(check_completion(doc, results[0], timeout=10.0).passed)}
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c8
 def gsm8k_number(text: str # a solution or a generation

@@ -6,12 +6,14 @@ Docs: https://darts-nb.github.io/darts_nb/sandbox.html.md"""
 
 # %% ../nbs/01_sandbox.ipynb #0da42566
 from __future__ import annotations
-import os, sys, json, time, shutil, secrets, random, signal, tempfile, subprocess
+import os, sys, json, math, time, shutil, secrets, random, select, signal, tempfile, subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CodeResult', 'sandbox_python', 'run_code']
+__all__ = ['CodeResult', 'sandbox_python', 'run_code', 'encode_value', 'decode_value', 'CheckResult', 'CandidateError',
+           'check_completion']
 
 # %% ../nbs/01_sandbox.ipynb #1d9b4ddd
 _BOOT = r'''
@@ -123,6 +125,37 @@ def _read(path: Path, limit: int) -> bytes:
         return head + b'\n...\n' + f.read()
 
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
+@contextmanager
+def _sandboxed(src: str, timeout: float, memory_mb: int, max_procs: int, file_mb: int, pass_fds: tuple = ()):
+    "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, its private dir); kills and removes everything after."
+    root = os.geteuid() == 0
+    uid = _sandbox_uid() if root else os.getuid()
+    work = Path(tempfile.mkdtemp(prefix='darts_sbx_')); priv = Path(tempfile.mkdtemp(prefix='darts_sbx_io_'))
+    p = None
+    try:
+        if root: os.chown(work, uid, uid)
+        os.chmod(work, 0o700); os.chmod(priv, 0o700)
+        cfg = dict(work=str(work), uid=uid, gid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20,
+                   nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, layers=str(priv/'layers.json'))
+        env = {'PATH': '/usr/bin:/bin', 'HOME': str(work), 'LANG': 'C.UTF-8'}
+        with open(priv/'out', 'wb') as fo, open(priv/'err', 'wb') as fe:
+            p = subprocess.Popen([sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=fo, stderr=fe,
+                                 cwd=str(work), env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+            p.uid = uid
+            try: p.stdin.write(src.encode('utf-8', 'surrogatepass')); p.stdin.close()
+            except BrokenPipeError: pass
+            yield p, priv
+    finally:
+        if p is not None: _kill(p)
+        shutil.rmtree(work, ignore_errors=True); shutil.rmtree(priv, ignore_errors=True)
+
+def _kill(p: subprocess.Popen) -> None:
+    "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
+    try: os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError): pass
+    p.wait()
+    if os.geteuid() == 0: _kill_uid(p.uid)
+
 def run_code(program: str, # Python source: a completion plus its unit tests (asserts)
              timeout: float = 10.0, # wall-clock seconds before the program is killed
              memory_mb: int = 1024, # address-space limit (RLIMIT_AS) in MiB
@@ -136,32 +169,16 @@ def run_code(program: str, # Python source: a completion plus its unit tests (as
     token = secrets.token_hex(16)
     sentinel = f'__DARTS_PASS_{token}__'
     src = program + f"\n\n__import__('os').write(1, b'\\n{sentinel}\\n')\n"
-    root = os.geteuid() == 0
-    uid = _sandbox_uid() if root else os.getuid()
-    work = Path(tempfile.mkdtemp(prefix='darts_sbx_')); priv = Path(tempfile.mkdtemp(prefix='darts_sbx_io_'))
-    try:
-        if root: os.chown(work, uid, uid)
-        os.chmod(work, 0o700); os.chmod(priv, 0o700)
-        cfg = dict(work=str(work), uid=uid, gid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20,
-                   nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, layers=str(priv/'layers.json'))
-        env = {'PATH': '/usr/bin:/bin', 'HOME': str(work), 'LANG': 'C.UTF-8'}
-        with open(priv/'out', 'wb') as fo, open(priv/'err', 'wb') as fe:
-            t0 = time.monotonic()
-            p = subprocess.Popen([sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)], stdin=subprocess.PIPE,
-                                 stdout=fo, stderr=fe, cwd=str(work), env=env, start_new_session=True, close_fds=True)
-            timed_out = False
-            try: p.communicate(src.encode(), timeout=timeout)
-            except subprocess.TimeoutExpired: timed_out = True
-            finally:
-                try: os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError): pass
-                p.wait()
-                if root: _kill_uid(uid)
-            seconds = time.monotonic() - t0
+    t0 = time.monotonic()
+    with _sandboxed(src, timeout, memory_mb, max_procs, file_mb) as (p, priv):
+        timed_out = False
+        try: p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired: timed_out = True
+        seconds = time.monotonic() - t0
+        _kill(p)  # background children too, before the output is read
         out, err = _read(priv/'out', output_kb << 10), _read(priv/'err', output_kb << 10)
         layers = tuple(json.loads((priv/'layers.json').read_text())) if (priv/'layers.json').exists() else ()
-    finally:
-        shutil.rmtree(work, ignore_errors=True); shutil.rmtree(priv, ignore_errors=True)
+        uid = p.uid
     rc = None if timed_out else p.returncode
     passed = rc == 0 and sentinel.encode() in out
     out = out.replace(f'\n{sentinel}\n'.encode(), b'')
@@ -174,3 +191,141 @@ def run_code(program: str, # Python source: a completion plus its unit tests (as
         status = 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
     return CodeResult(passed, status, _truncate(out, output_kb << 10), _truncate(err, output_kb << 10),
                       round(seconds, 3), rc, layers, uid)
+
+# %% ../nbs/01_sandbox.ipynb #b7c10c01
+def encode_value(v, # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
+                 depth: int = 0, # nesting so far
+                ):
+    "A JSON-ready form of a plain value; tuples, sets, dicts and non-finite floats are tagged (TypeError for any other type)."
+    if depth > 100: raise ValueError('value nested more than 100 deep')
+    t = type(v)
+    if v is None or t in (bool, int, str): return v
+    if t is float: return v if v == v and v not in (float('inf'), float('-inf')) else {'$f': repr(v)}
+    if t is list: return [encode_value(x, depth + 1) for x in v]
+    if t is tuple: return {'$t': [encode_value(x, depth + 1) for x in v]}
+    if t in (set, frozenset): return {'$s' if t is set else '$fs': [encode_value(x, depth + 1) for x in v]}
+    if t is dict: return {'$d': [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]}
+    raise TypeError(f'unsupported type {t.__name__}')
+
+def decode_value(o, # parsed JSON from `encode_value`
+                 depth: int = 0, # nesting so far
+                ):
+    "The plain value `encode_value` encoded; builds only builtins, executes nothing (ValueError on anything else)."
+    if depth > 100: raise ValueError('value nested more than 100 deep')
+    t = type(o)
+    if o is None or t in (bool, int, float, str): return o
+    if t is list: return [decode_value(x, depth + 1) for x in o]
+    if t is dict and len(o) == 1:
+        (k, v), = o.items()
+        if k == '$f' and v in ('nan', 'inf', '-inf'): return float(v)
+        if k in ('$t', '$s', '$fs', '$d') and type(v) is list:
+            items = [decode_value(x, depth + 1) for x in v]
+            if k == '$t': return tuple(items)
+            if k == '$s': return set(items)
+            if k == '$fs': return frozenset(items)
+            if all(type(p) is list and len(p) == 2 for p in items): return {a: b for a, b in items}
+    raise ValueError(f'not an encoded plain value: {str(o)[:80]}')
+
+# %% ../nbs/01_sandbox.ipynb #b7c10c03
+@dataclass
+class CheckResult:
+    "The trusted checker's verdict on one completion."
+    passed: bool  # the benchmark's tests ran to their end in the checker
+    status: str  # 'passed', 'failed', 'timeout', 'error' (the candidate died or never answered) or 'unsupported'
+    detail: str  # what failed, in one line
+    seconds: float  # wall-clock seconds
+    calls: int  # calls answered by the sandboxed candidate
+    stderr: str = ''  # the candidate's stderr, truncated
+
+class _Outcome(Exception):
+    "A verdict decided by the candidate's side: status and detail."
+    def __init__(self, status: str, detail: str): super().__init__(detail); self.status = status
+
+_SERVER = """
+def __darts_serve(name, rfd, wfd):
+    import os, json
+    f = globals().get(name)
+    rd, wr = os.fdopen(rfd, 'rb'), os.fdopen(wfd, 'wb')
+    for line in rd:
+        try: r = {'ok': encode_value(f(*decode_value(json.loads(line))))}
+        except TypeError as e:
+            r = {'unsupported': str(e)} if str(e).startswith('unsupported type') else {'raised': 'TypeError: ' + str(e)[:300]}
+        except BaseException as e: r = {'raised': type(e).__name__ + ': ' + str(e)[:300]}
+        wr.write((json.dumps(r) + '\\n').encode()); wr.flush()
+"""
+
+class _Remote:
+    "The candidate function as the checker sees it: each call goes to the sandbox, each answer comes back as plain data."
+    def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 64 << 20):
+        self.wfd, self.rfd, self.deadline, self.limit, self.calls, self.buf = wfd, rfd, deadline, limit, 0, b''
+    def _line(self) -> bytes:
+        while b'\n' not in self.buf:
+            left = self.deadline - time.monotonic()
+            if left <= 0: raise _Outcome('timeout', f'no answer within the time limit (call {self.calls + 1})')
+            if not select.select([self.rfd], [], [], left)[0]: continue
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk: raise _Outcome('error', f'the candidate exited before answering call {self.calls + 1}')
+            self.buf += chunk
+            if len(self.buf) > self.limit: raise _Outcome('unsupported', 'an answer over the size limit')
+        line, self.buf = self.buf.split(b'\n', 1)
+        return line
+    def __call__(self, *args, **kwargs):
+        if kwargs: raise _Outcome('unsupported', 'keyword arguments')
+        try: req = json.dumps(encode_value(list(args))) + '\n'
+        except (TypeError, ValueError) as e: raise _Outcome('unsupported', f'an argument: {e}') from None
+        try: os.write(self.wfd, req.encode())
+        except BrokenPipeError: raise _Outcome('error', f'the candidate exited before call {self.calls + 1}') from None
+        try: msg = json.loads(self._line())
+        except (ValueError, RecursionError): raise _Outcome('error', 'an answer that is not JSON') from None
+        self.calls += 1
+        if type(msg) is not dict or len(msg) != 1: raise _Outcome('error', 'a malformed answer')
+        if 'ok' in msg:
+            try: return decode_value(msg['ok'])
+            except (TypeError, ValueError, RecursionError) as e: raise _Outcome('unsupported', f'the result: {e}') from None
+        if 'unsupported' in msg: raise _Outcome('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
+        raise CandidateError(str(msg.get('raised', ''))[:300])
+
+class CandidateError(Exception):
+    "The candidate raised an exception (its type and message, as text)."
+
+# %% ../nbs/01_sandbox.ipynb #b7c10c04
+def check_completion(problem: dict, # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
+                     completion: str, # the model's completion of the prompt (untrusted)
+                     timeout: float = 10.0, # wall-clock seconds for the whole check
+                     memory_mb: int = 1024, # the candidate's address-space limit in MiB
+                     max_procs: int = 32, # the candidate's process limit
+                     file_mb: int = 16, # the candidate's largest file, in MiB
+                    ) -> CheckResult:
+    "Run the problem's tests here (trusted) against the completion running in the sandbox (untrusted), which only answers calls."
+    import inspect
+    for k in ('prompt', 'test', 'entry_point'):
+        if not isinstance(problem.get(k), str): raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
+    if not isinstance(completion, str): raise TypeError(f'completion: expected str, got {type(completion).__name__}')
+    if not timeout > 0: raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+    req_r, req_w = os.pipe(); ans_r, ans_w = os.pipe()
+    server = inspect.getsource(encode_value) + inspect.getsource(decode_value) + _SERVER
+    program = problem['prompt'] + completion + '\n\n' + server + f'__darts_serve({problem["entry_point"]!r}, {req_r}, {ans_w})\n'
+    t0 = time.monotonic(); remote = None; status, detail = 'passed', ''
+    try:
+        with _sandboxed(program, timeout, memory_mb, max_procs, file_mb, pass_fds=(req_r, ans_w)) as (p, priv):
+            os.close(req_r); os.close(ans_w); req_r = ans_w = None
+            remote = _Remote(req_w, ans_r, t0 + timeout)
+            ns = {}
+            try:
+                exec(compile(problem['prompt'], '<prompt>', 'exec'), ns)  # the benchmark's helpers: trusted
+                exec(compile(problem['test'], '<test>', 'exec'), ns)
+                ns[problem['entry_point']] = remote
+                ns['check'](remote)
+            except _Outcome as e: status, detail = e.status, str(e)
+            except CandidateError as e: status, detail = 'failed', f'the candidate raised {e}'
+            except AssertionError as e: status, detail = 'failed', f'an assertion failed {e}'.strip()
+            except Exception as e: status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
+            _kill(p)
+            err = _read(priv/'err', 4 << 10)
+    finally:
+        for fd in (req_r, req_w, ans_r, ans_w):
+            if fd is not None:
+                try: os.close(fd)
+                except OSError: pass
+    return CheckResult(status == 'passed', status, detail, round(time.monotonic() - t0, 3), remote.calls if remote else 0,
+                       _truncate(err, 4 << 10))
