@@ -27,6 +27,7 @@ lim(resource.RLIMIT_CORE, 0); lim(resource.RLIMIT_CPU, c['cpu']); lim(resource.R
 lim(resource.RLIMIT_NOFILE, 256); lim(resource.RLIMIT_AS, c['mem']); done.append('rlimits')
 if c['root']:
     if libc.unshare(0x40000000) == 0: done.append('netns')   # CLONE_NEWNET
+    if libc.unshare(0x08000000) == 0: done.append('ipcns')   # CLONE_NEWIPC: SysV shared memory and queues die with the run
 libc.prctl(38, 1, 0, 0, 0)                                    # PR_SET_NO_NEW_PRIVS
 abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
 if abi >= 1:

@@ -155,3 +155,18 @@ def test_fork_bomb():
     check_contained(r)
     assert r.status == 'timeout'
     assert run_code('assert True', timeout=T).passed     # the machine is still usable
+
+SHM = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+ids = [libc.shmget(0x5eed0000 + i, 400 << 20, 0o1600) for i in range(3)]  # IPC_CREAT | 0600, 3 x 400 MB
+print(ids)
+'''
+
+def test_shared_memory_does_not_outlive_the_run():
+    def segments(): return [l.split()[:2] for l in Path('/proc/sysvipc/shm').read_text().splitlines()[1:]]
+    before = segments()
+    r = run_code(SHM, timeout=T)
+    if os.geteuid() != 0: pytest.skip('an IPC namespace needs root here')
+    assert 'ipcns' in r.sandbox and all(int(i) >= 0 for i in r.stdout.strip().strip('[]').split(',')), (r.sandbox, r.stdout)  # they were made
+    assert not [s for s in segments() if s not in before], segments()  # and none is left
