@@ -53,6 +53,9 @@ if abi >= 1:
 if c['root']:
     os.setgroups([]); os.setgid(c['gid']); os.setuid(c['uid']); done.append('uid')
     lim(resource.RLIMIT_NPROC, c['nproc']); done.append('nproc')
+libc.prctl(1, 9, 0, 0, 0)                                     # PR_SET_PDEATHSIG: SIGKILL when the caller dies (after the uid change,
+if os.getppid() != c['ppid']: os._exit(125)                   # which clears it); a caller already gone: stop here
+done.append('pdeathsig')
 json.dump(done, rep); rep.close()
 os.chdir(c['work'])
 os.execv(c['python'], [c['python'], '-I', '-'])
@@ -136,7 +139,7 @@ def _sandboxed(src: str, timeout: float, memory_mb: int, max_procs: int, file_mb
     try:
         if root: os.chown(work, uid, uid)
         os.chmod(work, 0o700); os.chmod(priv, 0o700)
-        cfg = dict(work=str(work), uid=uid, gid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20,
+        cfg = dict(work=str(work), uid=uid, gid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20, ppid=os.getpid(),
                    nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, layers=str(priv/'layers.json'))
         env = {'PATH': '/usr/bin:/bin', 'HOME': str(work), 'LANG': 'C.UTF-8'}
         with open(priv/'out', 'wb') as fo, open(priv/'err', 'wb') as fe:

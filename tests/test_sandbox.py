@@ -170,3 +170,23 @@ def test_shared_memory_does_not_outlive_the_run():
     if os.geteuid() != 0: pytest.skip('an IPC namespace needs root here')
     assert 'ipcns' in r.sandbox and all(int(i) >= 0 for i in r.stdout.strip().strip('[]').split(',')), (r.sandbox, r.stdout)  # they were made
     assert not [s for s in segments() if s not in before], segments()  # and none is left
+
+CALLER = '''
+import darts_nb.sandbox as s
+u = s._sandbox_uid(); s._sandbox_uid = lambda: u
+print(u, flush=True)
+s.run_code("import time\\nwhile True: time.sleep(1)", timeout=60)
+'''
+
+def test_program_dies_with_its_caller():
+    import subprocess, sys, signal
+    if os.geteuid() != 0: pytest.skip('a uid of its own needs root here')
+    caller = subprocess.Popen([sys.executable, '-c', CALLER], stdout=subprocess.PIPE, text=True)
+    uid = int(caller.stdout.readline())
+    deadline = time.monotonic() + 10
+    while not procs_of(uid) and time.monotonic() < deadline: time.sleep(0.05)
+    assert procs_of(uid), 'the sandboxed program never started'
+    caller.send_signal(signal.SIGKILL); caller.wait()
+    deadline = time.monotonic() + 3
+    while procs_of(uid) and time.monotonic() < deadline: time.sleep(0.05)
+    assert not procs_of(uid), f'still running after its caller was killed: {procs_of(uid)}'
