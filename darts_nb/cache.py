@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, atomic_path, darts_home, path_fingerprint
+from .zoo import check_vocab
 
 # %% auto #0
 __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'check_pair', 'token_kinds', 'build_cache', 'cache_path',
@@ -134,10 +135,8 @@ def check_pair(merged, # the merged model
     for who, m, rows in (('merged', merged, em[0]), ('target', target, et[0])):
         if rows < n: raise ValueError(f"tokenizer has {n} tokens but {who} {_name(m)} has {rows} embedding rows: not its tokenizer")
     if em[0] != et[0] and tokenizer is None: raise ValueError(f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}; pass the shared tokenizer")
-    if target_tokenizer is not None and tokenizer is not None:
-        tv = target_tokenizer.get_vocab()
-        bad = [(t, i, tv.get(t)) for t, i in tokenizer.get_vocab().items() if tv.get(t) != i]
-        if bad: raise ValueError(f"tokenizer and target_tokenizer disagree: token {bad[0][0]!r} is {bad[0][1]} in one and {bad[0][2]} in the other ({len(bad)} such tokens)")
+    if target_tokenizer is not None and tokenizer is not None:  # the expert's may add tokens, never renumber or drop one
+        check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), 'target_tokenizer', 'tokenizer')
 
 # %% ../nbs/06_cache.ipynb #7a617d05
 TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')

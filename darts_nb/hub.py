@@ -124,12 +124,16 @@ def fetch_plan(models: dict[str, str] = PAPER_MODELS, # role -> hub id
         if not is_hub_id(repo): continue
         listing = _listing(repo, 'model')
         want = set(weight_files([f.filename for f in listing]))
-        rows += [dict(repo=repo, kind='model', file=f.filename, bytes=f.file_size or 0, cached=f.is_cached) for f in listing if f.filename in want]
+        rows += [_row(repo, 'model', f) for f in listing if f.filename in want]
     for domain, (repo, fname) in datasets.items():
         got = [f for f in _listing(repo, 'dataset', fname) if f.filename == fname]
         if not got: raise ValueError(f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; update the file name")
-        rows += [dict(repo=repo, kind='dataset', file=f.filename, bytes=f.file_size or 0, cached=f.is_cached) for f in got]
+        rows += [_row(repo, 'dataset', f) for f in got]
     return pd.DataFrame(rows, columns=['repo', 'kind', 'file', 'bytes', 'cached'])
+
+def _row(repo: str, kind: str, f) -> dict:
+    "One plan row from a dry run's file record."
+    return dict(repo=repo, kind=kind, file=f.filename, bytes=f.file_size or 0, cached=f.is_cached)
 
 def _listing(repo: str, repo_type: str, pattern: str|None = None) -> list:
     "The files of a hub repo with their sizes and cache state (a dry run); a gated repo's error says what to do."

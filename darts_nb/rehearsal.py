@@ -67,8 +67,9 @@ def stand_in_models(cache: str|Path, # the hub cache to fill
     set_seed(seed); base = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
     out = {}
     with tempfile.TemporaryDirectory() as d:
+        tok.save_pretrained(Path(d)/'tok')  # each model gets its own copy to change
         for i, (role, repo) in enumerate(PAPER_MODELS.items()):
-            m, t = LlamaForCausalLM(LlamaConfig(**cfg)).eval(), AutoTokenizer.from_pretrained(_save_tok(tok, Path(d)/'tok'))
+            m, t = LlamaForCausalLM(LlamaConfig(**cfg)).eval(), AutoTokenizer.from_pretrained(Path(d)/'tok')
             g = torch.Generator().manual_seed(seed + 1 + i)
             m.load_state_dict({k: v if role == 'base' else v + task_scale * v.std() * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
             if role == 'code': t.add_tokens(CODE_LLAMA_TOKENS); m.resize_token_embeddings(len(t), mean_resizing=False)
@@ -85,9 +86,6 @@ def _published_config(path: Path, role: str) -> None:
     c.update(torch_dtype='float16', rope_theta=1e6 if role == 'code' else 10000.0)
     if role == 'code': c['max_position_embeddings'] = 16384
     path.write_text(json.dumps(c, indent=2))
-
-def _save_tok(tok, path: Path) -> Path:
-    tok.save_pretrained(path); return path
 
 # %% ../nbs/23_rehearsal.ipynb #e5a10c10
 def gsm8k_item(i: int # the item's index (its seed)

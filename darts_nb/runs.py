@@ -365,13 +365,12 @@ def calib_items(domain: str, # one of DOMAINS
     if profile == 'paper':
         if split != 'calib': return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
         items = paper_split(domain, 'calib', n_calib=max(50, n))
-        g = torch.Generator().manual_seed(seed)
-        return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
-    items = load_split(domain, split, seed=0)
-    if split != 'calib': return items[:n]
-    if n > len(items):  # never from eval
-        train = load_split(domain, 'train', seed=0)
-        items = items + [with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[:n - len(items)]]
+    else:
+        items = load_split(domain, split, seed=0)
+        if split != 'calib': return items[:n]
+        if n > len(items):  # never from eval
+            train = load_split(domain, 'train', seed=0)
+            items = items + [with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[:n - len(items)]]
     g = torch.Generator().manual_seed(seed)
     return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
 

@@ -18,8 +18,8 @@ from .hub import PAPER_MODELS, resolve_models, is_hub_id
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'ZooSpec', 'zoo_spec', 'zoo_dir',
            'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm',
-           'build_zoo', 'load_model', 'tensor_shapes', 'check_compatible', 'generate_completions', 'score_model',
-           'zoo_table', 'Profile', 'profile_refs', 'get_profile', 'main']
+           'build_zoo', 'load_model', 'tensor_shapes', 'check_vocab', 'check_compatible', 'generate_completions',
+           'score_model', 'zoo_table', 'Profile', 'profile_refs', 'get_profile', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -259,8 +259,11 @@ def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
         grows = k.endswith(VOCAB_TENSORS) and t[k][1:] == rt[k][1:] and t[k][0] >= rt[k][0]
         if rt[k] != t[k] and not grows: raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
 
-def _check_vocab(rv: dict, v: dict, a: str, b: str) -> str|None:
-    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs."
+def check_vocab(rv: dict, # the reference vocabulary (token -> id)
+                v: dict, # the other vocabulary
+                a: str, b: str, # the names of the other and of the reference, for the messages
+               ) -> str|None:
+    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs or is missing."
     if v == rv: return None
     clash = sorted((t, i, v[t]) for t, i in rv.items() if t in v and v[t] != i)
     lost = sorted(t for t in rv if t not in v)
@@ -289,7 +292,7 @@ def check_compatible(paths: dict[str, str|Path]|list[str|Path], # role -> local 
         t = tensor_shapes(p)
         if rt and t: _check_tensors(rt, t, a, b)
         v = _vocab(p)
-        if rv is not None and v is not None and (note := _check_vocab(rv, v, a, b)): notes.append(note)
+        if rv is not None and v is not None and (note := check_vocab(rv, v, a, b)): notes.append(note)
     for note in notes: warnings.warn(note)
     return notes
 
