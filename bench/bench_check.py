@@ -19,7 +19,7 @@ def main():
     for _ in range(a.repeats):
         for p in problems:  # interleaved: both see the same machine load
             t = time.perf_counter(); r1 = check_completion(p, p['canonical_solution']).passed; new.append(time.perf_counter() - t)
-            t = time.perf_counter(); r2 = run_code(humaneval_program(p, p['canonical_solution'])).passed; old.append(time.perf_counter() - t)
+            t = time.perf_counter(); r2 = run_code(humaneval_program(p, p['canonical_solution'])).returncode == 0; old.append(time.perf_counter() - t)
             agree += r1 == r2
     m_new, m_old = statistics.median(new), statistics.median(old)
     print(f'{len(problems)} problems x {a.repeats}: check_completion {m_new * 1000:.0f} ms median, run_code {m_old * 1000:.0f} ms median; '

@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/cli.html.md"""
 
 # %% ../nbs/22_cli.ipynb #7ce2d600
 from __future__ import annotations
-import argparse, sys
+import argparse, os, sys
 from .core import in_notebook
 
 # %% auto #0
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                    '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged')
     a.add_argument('--batch-size', type=_batch_size, default=None, help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)")
     a.add_argument('--delete-merges', action='store_true', help='delete each sweep merge once scored (a 7B merge takes 13.5 GB)')
+    for scoring in (z, m, s, e, a):
+        scoring.add_argument('--allow-unsafe-code', action='store_true', help='score generated code even where the kernel lacks a '
+                             'sandbox layer (user namespaces, Landlock); the default refuses')
     f = sub.add_parser('fetch', help="download a profile's hub models and the paper's datasets (needs the network)")
     f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' (default) or a YAML file whose models are hub ids")
     f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
@@ -151,9 +154,11 @@ COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': 
 def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
         ) -> int:
     "Entry point of the `darts` console script."
+    from darts_nb.sandbox import SandboxUnavailable
     ap = _parser(); a = ap.parse_args(argv)
+    if getattr(a, 'allow_unsafe_code', False): os.environ['DARTS_ALLOW_UNSAFE_CODE'] = '1'  # read by the sandbox, in workers too
     try: COMMANDS[a.cmd](a, ap)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2
     return 0
 

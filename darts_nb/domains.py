@@ -228,7 +228,7 @@ def judge(item: dict, # an instruct item (its `check` and `baseline`)
 def code_program(item: dict, # a code item
                  completion: str, # the model's raw generation after the prompt
                 ) -> str:
-    "The whole program (query, body, then the tests) that passes iff the completion implements the item: for `sandbox.run_code`."
+    "The whole program (query, body, then the tests) that exits 0 iff the completion implements the item (for `sandbox.run_code`; the verdict itself is `check_completion`'s)."
     return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
 
 def code_problem(item: dict # a code item

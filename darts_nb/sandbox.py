@@ -6,195 +6,67 @@ Docs: https://darts-nb.github.io/darts_nb/sandbox.html.md"""
 
 # %% ../nbs/01_sandbox.ipynb #0da42566
 from __future__ import annotations
-import os, sys, json, math, time, shutil, secrets, random, select, signal, tempfile, subprocess
-from contextlib import contextmanager
+import os, json, time, select, subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
+from .containment import SandboxUnavailable, sandbox_python, sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
 
 # %% auto #0
-__all__ = ['CodeResult', 'sandbox_python', 'run_code', 'encode_value', 'decode_value', 'CheckResult', 'CandidateError',
-           'check_completion']
-
-# %% ../nbs/01_sandbox.ipynb #1d9b4ddd
-_BOOT = r'''
-import os, sys, json, ctypes, resource
-c = json.loads(sys.argv[1]); done = []
-rep = open(c['layers'], 'w')                                   # opened before privileges are dropped
-libc = ctypes.CDLL(None, use_errno=True)
-def lim(r, v):
-    resource.setrlimit(r, (v, v))
-lim(resource.RLIMIT_CORE, 0); lim(resource.RLIMIT_CPU, c['cpu']); lim(resource.RLIMIT_FSIZE, c['fsize'])
-lim(resource.RLIMIT_NOFILE, 256); lim(resource.RLIMIT_AS, c['mem']); done.append('rlimits')
-if c['root']:
-    if libc.unshare(0x40000000) == 0: done.append('netns')   # CLONE_NEWNET
-    if libc.unshare(0x08000000) == 0: done.append('ipcns')   # CLONE_NEWIPC: SysV shared memory and queues die with the run
-libc.prctl(38, 1, 0, 0, 0)                                    # PR_SET_NO_NEW_PRIVS
-abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-if abi >= 1:
-    fs = (1 << 13) - 2                                         # WRITE_FILE .. MAKE_SYM (no EXECUTE/READ)
-    fs &= ~((1 << 2) | (1 << 3))                               # keep READ_FILE, READ_DIR unhandled
-    if abi >= 2: fs |= 1 << 13                                 # REFER
-    if abi >= 3: fs |= 1 << 14                                 # TRUNCATE
-    net = 3 if abi >= 4 else 0                                 # BIND_TCP | CONNECT_TCP
-    scope = 3 if abi >= 6 else 0                               # abstract unix sockets, signals
-    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-    attr = (ctypes.c_uint64 * 3)(fs, net, scope)
-    rs = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    class PB(ctypes.Structure):
-        _pack_ = 1; _fields_ = [('allowed', ctypes.c_uint64), ('fd', ctypes.c_int32)]
-    ok = rs >= 0
-    for p, acc in ((c['work'], fs), ('/dev/null', (1 << 1) | ((1 << 14) if abi >= 3 else 0))):
-        fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
-        ok = ok and libc.syscall(445, rs, 1, ctypes.byref(PB(acc, fd)), 0) == 0
-        os.close(fd)
-    if not ok or libc.syscall(446, rs, 0) != 0:
-        sys.stderr.write('darts sandbox: landlock setup failed\n'); os._exit(125)
-    done += ['landlock-fs'] + (['landlock-net'] if net else [])
-if c['root']:
-    os.setgroups([]); os.setgid(c['gid']); os.setuid(c['uid']); done.append('uid')
-    lim(resource.RLIMIT_NPROC, c['nproc']); done.append('nproc')
-libc.prctl(1, 9, 0, 0, 0)                                     # PR_SET_PDEATHSIG: SIGKILL when the caller dies (after the uid change,
-if os.getppid() != c['ppid']: os._exit(125)                   # which clears it); a caller already gone: stop here
-done.append('pdeathsig')
-json.dump(done, rep); rep.close()
-os.chdir(c['work'])
-os.execv(c['python'], [c['python'], '-I', '-'])
-'''
+__all__ = ['CodeResult', 'run_code', 'encode_value', 'decode_value', 'CheckResult', 'CandidateError', 'check_completion']
 
 # %% ../nbs/01_sandbox.ipynb #5157fece
 @dataclass
 class CodeResult:
     "What happened to one sandboxed program."
-    passed: bool     # exit code 0 and the harness sentinel was printed after the program
-    status: str      # 'passed', 'failed' (ran, did not pass), 'timeout' or 'error' (crash / harness failure)
-    stdout: str      # the program's stdout (sentinel removed), truncated
+    passed: bool     # the caller's trusted `tests` passed in the checker (a program alone is never `passed`)
+    status: str      # with tests: 'passed', 'failed', 'unsupported'; without: 'exited' (status 0) or 'failed'; either: 'timeout', 'error'
+    stdout: str      # the program's stdout, truncated
     stderr: str      # the program's stderr, truncated
     seconds: float   # wall-clock seconds
-    returncode: int|None  # the exit status (negative: killed by that signal; None: timed out)
+    returncode: int|None  # the exit status if the program ended by itself (negative: killed by that signal), else None
     sandbox: tuple = ()   # the layers that were applied to this run
     uid: int|None = None  # the uid the program ran as (all its processes are killed afterwards)
-
-# %% ../nbs/01_sandbox.ipynb #a1b2c3d5
-def _sandbox_uid() -> int:
-    "A random high uid for one run (NPROC is counted per uid; fresh uids never share a budget)."
-    return random.SystemRandom().randrange(1_100_000, 1_900_000)
-
-def _truncate(b: bytes, limit: int) -> str:
-    s = b.decode('utf-8', 'replace')
-    if len(s) <= limit: return s
-    h = limit // 2
-    return s[:h] + f'\n... [{len(s) - limit} characters cut] ...\n' + s[-h:]
-
-def _live_pids(uid: int) -> list[int]:
-    "pids of live (not zombie) processes whose real uid is `uid`, read from /proc."
-    out = []
-    for d in os.listdir('/proc'):
-        if not d.isdigit(): continue
-        try: st = open(f'/proc/{d}/status').read()
-        except OSError: continue
-        f = dict(l.split(':', 1) for l in st.splitlines() if ':' in l)
-        if int(f['Uid'].split()[0]) == uid and f['State'].split()[0] not in ('Z', 'X'): out.append(int(d))
-    return out
-
-def _kill_uid(uid: int, wait: float = 2.0) -> None:
-    "SIGKILL every process owned by `uid` (`kill -9 -1` as that uid), including ones that left the group."
-    if not _live_pids(uid): return  # the usual case: nothing outlived the run, no `kill` to spawn
-    kill = shutil.which('kill', path='/usr/bin:/bin') or '/bin/kill'
-    deadline = time.monotonic() + wait
-    while True:
-        subprocess.run([kill, '-9', '-1'], user=uid, group=uid, extra_groups=[], env={'PATH': '/usr/bin:/bin'},
-                       cwd='/', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not _live_pids(uid) or time.monotonic() > deadline: return
-        time.sleep(0.02)
-
-# %% ../nbs/01_sandbox.ipynb #a1b2c3d7
-_PYTHON = {}
-def sandbox_python() -> str:
-    "An interpreter the sandbox's unprivileged uid can run: `sys.executable` if it can, else the system python3."
-    if 'exe' in _PYTHON: return _PYTHON['exe']
-    cands = [sys.executable, shutil.which('python3', path='/usr/local/bin:/usr/bin:/bin'), '/usr/bin/python3']
-    if os.geteuid() != 0: _PYTHON['exe'] = sys.executable; return sys.executable
-    for exe in [c for c in cands if c]:
-        try: ok = subprocess.run([exe, '-I', '-c', 'import os'], user=_sandbox_uid(), group=65534, extra_groups=[],
-                                 cwd='/', env={'PATH': '/usr/bin:/bin'}, capture_output=True, timeout=30).returncode == 0
-        except (OSError, subprocess.SubprocessError): ok = False
-        if ok: _PYTHON['exe'] = exe; return exe
-    raise RuntimeError(f'run_code: no Python interpreter is executable by an unprivileged uid (tried {cands})')
-
-def _read(path: Path, limit: int) -> bytes:
-    with open(path, 'rb') as f:
-        f.seek(0, 2); n = f.tell()
-        if n <= 2 * limit: f.seek(0); return f.read()
-        f.seek(0); head = f.read(limit); f.seek(n - limit)
-        return head + b'\n...\n' + f.read()
+    detail: str = ''      # with tests: what failed, in one line
 
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
-@contextmanager
-def _sandboxed(src: str, timeout: float, memory_mb: int, max_procs: int, file_mb: int, pass_fds: tuple = ()):
-    "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, its private dir); kills and removes everything after."
-    root = os.geteuid() == 0
-    uid = _sandbox_uid() if root else os.getuid()
-    work = Path(tempfile.mkdtemp(prefix='darts_sbx_')); priv = Path(tempfile.mkdtemp(prefix='darts_sbx_io_'))
-    p = None
-    try:
-        if root: os.chown(work, uid, uid)
-        os.chmod(work, 0o700); os.chmod(priv, 0o700)
-        cfg = dict(work=str(work), uid=uid, gid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20, ppid=os.getpid(),
-                   nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, layers=str(priv/'layers.json'))
-        env = {'PATH': '/usr/bin:/bin', 'HOME': str(work), 'LANG': 'C.UTF-8'}
-        with open(priv/'out', 'wb') as fo, open(priv/'err', 'wb') as fe:
-            p = subprocess.Popen([sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=fo, stderr=fe,
-                                 cwd=str(work), env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds)
-            p.uid = uid
-            try: p.stdin.write(src.encode('utf-8', 'surrogatepass')); p.stdin.close()
-            except BrokenPipeError: pass
-            yield p, priv
-    finally:
-        if p is not None: _kill(p)
-        shutil.rmtree(work, ignore_errors=True); shutil.rmtree(priv, ignore_errors=True)
-
-def _kill(p: subprocess.Popen) -> None:
-    "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
-    try: os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError): pass
-    p.wait()
-    if os.geteuid() == 0: _kill_uid(p.uid)
-
-def run_code(program: str, # Python source: a completion plus its unit tests (asserts)
+def run_code(program: str, # Python source (untrusted): a completion, possibly with its own asserts
              timeout: float = 10.0, # wall-clock seconds before the program is killed
              memory_mb: int = 1024, # address-space limit (RLIMIT_AS) in MiB
-             max_procs: int = 32, # process/thread limit (RLIMIT_NPROC) for the run's uid
+             max_procs: int = 32, # process/thread limit (RLIMIT_NPROC) for the run
              output_kb: int = 4, # stdout/stderr kept in the result, in KiB
              file_mb: int = 16, # largest file (and captured output) the program may write, in MiB
+             tests: str|None = None, # trusted test code, run here against the program's names; without it there is no verdict
+             scratch_mb: int = 64, # the scratch directory's total size, in MiB
+             allow_unsafe: bool|None = None, # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
             ) -> CodeResult:
-    "Run `program` in a fresh sandboxed interpreter; it passes if it exits 0 after its last line ran."
+    "Run `program` in a fresh sandboxed interpreter; with `tests`, the checker's verdict on it."
     if not isinstance(program, str): raise TypeError(f'program: expected str, got {type(program).__name__}')
+    if tests is not None and not isinstance(tests, str): raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
     if not timeout > 0: raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
-    token = secrets.token_hex(16)
-    sentinel = f'__DARTS_PASS_{token}__'
-    src = program + f"\n\n__import__('os').write(1, b'\\n{sentinel}\\n')\n"
+    lims = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe)
+    if tests is not None:
+        def check(remote): exec(compile(tests, '<tests>', 'exec'), remote.namespace())
+        r = _serve_and_check(program, check, timeout, output_kb, **lims)
+        return CodeResult(r['status'] == 'passed', r['status'], r['out'], r['err'], r['seconds'], r['rc'], r['layers'], r['uid'], r['detail'])
     t0 = time.monotonic()
-    with _sandboxed(src, timeout, memory_mb, max_procs, file_mb) as (p, priv):
+    with _sandboxed(program, timeout, **lims) as (p, priv):
         timed_out = False
         try: p.wait(timeout=timeout)
         except subprocess.TimeoutExpired: timed_out = True
         seconds = time.monotonic() - t0
         _kill(p)  # background children too, before the output is read
         out, err = _read(priv/'out', output_kb << 10), _read(priv/'err', output_kb << 10)
-        layers = tuple(json.loads((priv/'layers.json').read_text())) if (priv/'layers.json').exists() else ()
-        uid = p.uid
+        layers, uid = _layers(priv), p.uid
+    _refused(err)
     rc = None if timed_out else p.returncode
-    passed = rc == 0 and sentinel.encode() in out
-    out = out.replace(f'\n{sentinel}\n'.encode(), b'')
     if timed_out: status = 'timeout'
-    elif passed: status = 'passed'
+    elif rc == 0: status = 'exited'
     elif rc == 125 and b'darts sandbox:' in err: status = 'error'
-    elif rc is not None and rc < 0: status = 'error'
+    elif rc < 0: status = 'error'
     else:
         last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
         status = 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
-    return CodeResult(passed, status, _truncate(out, output_kb << 10), _truncate(err, output_kb << 10),
-                      round(seconds, 3), rc, layers, uid)
+    return CodeResult(False, status, _truncate(out, output_kb << 10), _truncate(err, output_kb << 10), round(seconds, 3), rc, layers, uid)
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
 def encode_value(v, # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
@@ -245,21 +117,42 @@ class _Outcome(Exception):
     "A verdict decided by the candidate's side: status and detail."
     def __init__(self, status: str, detail: str): super().__init__(detail); self.status = status
 
-_SERVER = """
-def __darts_serve(name, rfd, wfd):
-    import os, json
-    f = globals().get(name)
+class CandidateError(Exception):
+    "The candidate raised an exception (its type and message, as text)."
+
+_SERVE = """
+    import os, sys, json
+    g = globals()
     rd, wr = os.fdopen(rfd, 'rb'), os.fdopen(wfd, 'wb')
     for line in rd:
-        try: r = {'ok': encode_value(f(*decode_value(json.loads(line))))}
+        try:
+            op, name, args = json.loads(line)
+            if op == 'names':
+                r = {}
+                for k, v in list(g.items()):
+                    if k.startswith('__'): continue
+                    if callable(v): r[k] = 'fn'; continue
+                    try: r[k] = ['v', encode_value(v)]
+                    except (TypeError, ValueError, RecursionError): pass
+                r = {'ok': r}
+            else: r = {'ok': encode_value(g[name](*decode_value(args)))}
         except TypeError as e:
             r = {'unsupported': str(e)} if str(e).startswith('unsupported type') else {'raised': 'TypeError: ' + str(e)[:300]}
         except BaseException as e: r = {'raised': type(e).__name__ + ': ' + str(e)[:300]}
+        for f in (sys.stdout, sys.stderr): f.flush()   # what the program printed, kept when it is killed at the end
         wr.write((json.dumps(r) + '\\n').encode()); wr.flush()
 """
 
+def _server(rfd: int, wfd: int) -> str:
+    "Source appended to the candidate's program: serve calls on the pipes until the checker is done (its helpers kept out of the program's names)."
+    import inspect, textwrap
+    helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
+    return f'\n\ndef __darts_serve(rfd, wfd):\n{helpers}{_SERVE}\n__darts_serve({rfd}, {wfd})\n'
+
+_BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
+
 class _Remote:
-    "The candidate function as the checker sees it: each call goes to the sandbox, each answer comes back as plain data."
+    "The candidate's names as the checker sees them: each call goes to the sandbox, each answer comes back as plain data."
     def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 64 << 20):
         self.wfd, self.rfd, self.deadline, self.limit, self.calls, self.buf = wfd, rfd, deadline, limit, 0, b''
     def _line(self) -> bytes:
@@ -273,9 +166,9 @@ class _Remote:
             if len(self.buf) > self.limit: raise _Outcome('unsupported', 'an answer over the size limit')
         line, self.buf = self.buf.split(b'\n', 1)
         return line
-    def __call__(self, *args, **kwargs):
-        if kwargs: raise _Outcome('unsupported', 'keyword arguments')
-        try: req = json.dumps(encode_value(list(args))) + '\n'
+    def _ask(self, op: str, name: str = '', args=None):
+        "One request and its answer's plain payload (raises `_Outcome` or `CandidateError`)."
+        try: req = json.dumps([op, name, encode_value(list(args or []))]) + '\n'
         except (TypeError, ValueError) as e: raise _Outcome('unsupported', f'an argument: {e}') from None
         try: os.write(self.wfd, req.encode())
         except BrokenPipeError: raise _Outcome('error', f'the candidate exited before call {self.calls + 1}') from None
@@ -283,53 +176,78 @@ class _Remote:
         except (ValueError, RecursionError): raise _Outcome('error', 'an answer that is not JSON') from None
         self.calls += 1
         if type(msg) is not dict or len(msg) != 1: raise _Outcome('error', 'a malformed answer')
-        if 'ok' in msg:
-            try: return decode_value(msg['ok'])
-            except (TypeError, ValueError, RecursionError) as e: raise _Outcome('unsupported', f'the result: {e}') from None
+        if 'ok' in msg: return msg['ok']
         if 'unsupported' in msg: raise _Outcome('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
         raise CandidateError(str(msg.get('raised', ''))[:300])
-
-class CandidateError(Exception):
-    "The candidate raised an exception (its type and message, as text)."
+    def _plain(self, o):
+        try: return decode_value(o)
+        except (TypeError, ValueError, RecursionError) as e: raise _Outcome('unsupported', f'the result: {e}') from None
+    def function(self, name: str):
+        "A stand-in for the candidate's function `name`: positional plain-data arguments in, a plain value out."
+        def call(*args, **kwargs):
+            if kwargs: raise _Outcome('unsupported', 'keyword arguments')
+            return self._plain(self._ask('call', name, args))
+        call.__name__ = call.__qualname__ = name
+        return call
+    def namespace(self) -> dict:
+        "The candidate's top-level names after its run: functions as stand-ins, plain values as copies (others left out)."
+        names = self._ask('names')
+        if type(names) is not dict: raise _Outcome('error', 'a malformed list of names')
+        ns = {}
+        for k, v in names.items():
+            if not isinstance(k, str) or k in _BUILTIN_NAMES: continue  # a program's `sorted` or `abs` must not replace the tests' own
+            if v == 'fn': ns[k] = self.function(k)
+            elif type(v) is list and len(v) == 2 and v[0] == 'v': ns[k] = self._plain(v[1])
+            else: raise _Outcome('error', f'a malformed entry for {k[:40]!r}')
+        return ns
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c04
+def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **lims) -> dict:
+    "Run `program` plus the call server in the sandbox and `check(remote)` here: the verdict is `check`'s."
+    req_r, req_w = os.pipe(); ans_r, ans_w = os.pipe()
+    t0 = time.monotonic(); remote = None; status, detail = 'passed', ''
+    try:
+        with _sandboxed(program + _server(req_r, ans_w), timeout, pass_fds=(req_r, ans_w), **lims) as (p, priv):
+            os.close(req_r); os.close(ans_w); req_r = ans_w = None
+            remote = _Remote(req_w, ans_r, t0 + timeout)
+            try: check(remote)
+            except _Outcome as e: status, detail = e.status, str(e)
+            except CandidateError as e: status, detail = 'failed', f'the candidate raised {e}'
+            except AssertionError as e: status, detail = 'failed', f'an assertion failed {e}'.strip()
+            except Exception as e: status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
+            rc = p.poll()
+            _kill(p)
+            out, err = _read(priv/'out', output_kb << 10), _read(priv/'err', output_kb << 10)
+            layers, uid = _layers(priv), p.uid
+    finally:
+        for fd in (req_r, req_w, ans_r, ans_w):
+            if fd is not None:
+                try: os.close(fd)
+                except OSError: pass
+    _refused(err)
+    return dict(status=status, detail=detail, seconds=round(time.monotonic() - t0, 3), calls=remote.calls if remote else 0, rc=rc,
+                out=_truncate(out, output_kb << 10), err=_truncate(err, output_kb << 10), layers=layers, uid=uid)
+
 def check_completion(problem: dict, # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
                      completion: str, # the model's completion of the prompt (untrusted)
                      timeout: float = 10.0, # wall-clock seconds for the whole check
                      memory_mb: int = 1024, # the candidate's address-space limit in MiB
                      max_procs: int = 32, # the candidate's process limit
                      file_mb: int = 16, # the candidate's largest file, in MiB
+                     scratch_mb: int = 64, # the candidate's scratch directory, in MiB
+                     allow_unsafe: bool|None = None, # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
                     ) -> CheckResult:
     "Run the problem's tests here (trusted) against the completion running in the sandbox (untrusted), which only answers calls."
-    import inspect
     for k in ('prompt', 'test', 'entry_point'):
         if not isinstance(problem.get(k), str): raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
     if not isinstance(completion, str): raise TypeError(f'completion: expected str, got {type(completion).__name__}')
     if not timeout > 0: raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
-    req_r, req_w = os.pipe(); ans_r, ans_w = os.pipe()
-    server = inspect.getsource(encode_value) + inspect.getsource(decode_value) + _SERVER
-    program = problem['prompt'] + completion + '\n\n' + server + f'__darts_serve({problem["entry_point"]!r}, {req_r}, {ans_w})\n'
-    t0 = time.monotonic(); remote = None; status, detail = 'passed', ''
-    try:
-        with _sandboxed(program, timeout, memory_mb, max_procs, file_mb, pass_fds=(req_r, ans_w)) as (p, priv):
-            os.close(req_r); os.close(ans_w); req_r = ans_w = None
-            remote = _Remote(req_w, ans_r, t0 + timeout)
-            ns = {}
-            try:
-                exec(compile(problem['prompt'], '<prompt>', 'exec'), ns)  # the benchmark's helpers: trusted
-                exec(compile(problem['test'], '<test>', 'exec'), ns)
-                ns[problem['entry_point']] = remote
-                ns['check'](remote)
-            except _Outcome as e: status, detail = e.status, str(e)
-            except CandidateError as e: status, detail = 'failed', f'the candidate raised {e}'
-            except AssertionError as e: status, detail = 'failed', f'an assertion failed {e}'.strip()
-            except Exception as e: status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
-            _kill(p)
-            err = _read(priv/'err', 4 << 10)
-    finally:
-        for fd in (req_r, req_w, ans_r, ans_w):
-            if fd is not None:
-                try: os.close(fd)
-                except OSError: pass
-    return CheckResult(status == 'passed', status, detail, round(time.monotonic() - t0, 3), remote.calls if remote else 0,
-                       _truncate(err, 4 << 10))
+    def check(remote):
+        ns = {}
+        exec(compile(problem['prompt'], '<prompt>', 'exec'), ns)  # the benchmark's helpers: trusted
+        exec(compile(problem['test'], '<test>', 'exec'), ns)
+        ns[problem['entry_point']] = remote.function(problem['entry_point'])
+        ns['check'](ns[problem['entry_point']])
+    r = _serve_and_check(problem['prompt'] + completion, check, timeout, memory_mb=memory_mb, max_procs=max_procs,
+                         file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe)
+    return CheckResult(r['status'] == 'passed', r['status'], r['detail'], r['seconds'], r['calls'], r['err'])

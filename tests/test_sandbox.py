@@ -1,8 +1,10 @@
 "Hostile programs must score as failures, within the time limit, leaving no process and no file behind."
-import os, socket, time, threading, secrets
+import os, sys, socket, time, threading, secrets, tempfile, subprocess, signal, shutil
 from pathlib import Path
 import pytest
-from darts_nb.sandbox import run_code, CodeResult
+from darts_nb.sandbox import run_code, CodeResult, SandboxUnavailable
+
+ROOT = Path(__file__).resolve().parents[1]   # the project tree: the program must not read or write it
 
 T = 2.0          # the per-program timeout used here
 SLACK = 2.5      # harness start-up + cleanup allowance on a loaded 2-core machine
@@ -31,14 +33,16 @@ def procs_with(marker):
 
 def check_contained(r: CodeResult, timeout=T):
     assert not r.passed, r
-    assert r.status in ('failed', 'timeout', 'error'), r.status
+    assert r.status in ('failed', 'timeout', 'error', 'unsupported'), r.status
     assert r.seconds < timeout + SLACK, r.seconds
     if r.uid is not None and r.uid != os.getuid(): assert procs_of(r.uid) == [], f'left running as uid {r.uid}'
 
 def test_correct_program_passes():
-    r = run_code('def inc(x): return x + 1\nassert inc(1) == 2\nprint("done")', timeout=T)
-    assert (r.passed, r.status, r.returncode) == (True, 'passed', 0), r
-    assert r.stdout.strip() == 'done' and '__DARTS_PASS_' not in r.stdout
+    r = run_code('def inc(x): return x + 1\nN = 2\nprint("done")', tests='assert inc(1) == N', timeout=T)
+    assert (r.passed, r.status) == (True, 'passed'), r
+    assert r.stdout.strip() == 'done'
+    r = run_code('def inc(x): return x + 1\nassert inc(1) == 2', timeout=T)   # a program alone: what happened, no verdict
+    assert (r.passed, r.status, r.returncode) == (False, 'exited', 0), r
 
 def test_bad_input():
     with pytest.raises(TypeError, match='program'): run_code(b'assert True')
@@ -50,10 +54,6 @@ HOSTILE = {
     'alloc_10gb': 'x = bytearray(10 * 2**30)\nassert len(x) > 0',
     'alloc_creeping': 'l = []\nwhile True: l.append(bytearray(2**24))',
     'syntax_error': 'def f(:\n    return 1\nassert f() == 1',
-    'sys_exit_before_asserts': 'import sys\nsys.exit(0)\nassert 1 == 2',
-    'os_exit_before_asserts': 'import os\nos._exit(0)\nassert 1 == 2',
-    'raise_systemexit_in_finally': 'try:\n    assert 1 == 2\nfinally:\n    raise SystemExit(0)',
-    'forged_sentinel': "print('__DARTS_PASS_' + '0' * 32 + '__')\nimport sys; sys.exit(0)\nassert False",
     'os_system_write': f"import os\nassert os.system('touch /work/main/darts_pwned_{TAG}') == 0",
     'wrong_answer': 'assert sum([1, 2]) == 4',
     'print_flood': 'while True: print("x" * 10000)',
@@ -65,6 +65,34 @@ def test_hostile(name):
     check_contained(r)
     assert len(r.stdout) < 20_000 and len(r.stderr) < 20_000
     assert not Path(f'/work/main/darts_pwned_{TAG}').exists()
+
+WRONG = 'def inc(x): return x\n'      # a wrong solution; each forgery adds a way to make an in-process harness say "pass"
+FORGERIES = {
+    'sys.exit(0) before the asserts': WRONG + 'import sys\nsys.exit(0)\n',
+    'os._exit(0) before the asserts': WRONG + 'import os\nos._exit(0)\n',
+    'SystemExit(0) in finally': WRONG + 'try:\n    assert inc(1) == 2\nfinally:\n    raise SystemExit(0)\n',
+    'printed marker': WRONG + "print('__DARTS_PASS_' + '0' * 32 + '__')\nprint('passed')\n",
+    'markers from its own code objects': WRONG + 'import sys, gc\nfor o in gc.get_objects():\n    if type(o).__name__ == "code": print(o.co_consts)\n',
+    'excepthook': WRONG + 'import sys\nsys.excepthook = lambda *a: print("passed")\n',
+    'always-equal result': 'class A:\n    def __eq__(self, o): return True\ndef inc(x): return A()\n',
+    'patched AssertionError': WRONG + 'import builtins\nbuiltins.AssertionError = type("Quiet", (Exception,), {})\n',
+    'patched builtins the tests use': WRONG + 'import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.isinstance = lambda *a: True\n',
+    'a plain value named like the expected one': WRONG + 'EXPECTED = 999\n',
+    'builtins shadowed by its own names': WRONG + 'def abs(x): return 2\ndef isinstance(*a): return True\nEXPECTED = 1\n',
+    'answers on every pipe': WRONG + 'import os\nfor fd in range(3, 64):\n    try: os.write(fd, b\'{"ok": 2}\\n\')\n    except OSError: pass\n',
+}
+TESTS = 'assert abs(inc(-3)) == 2\nEXPECTED = 2\nassert inc(1) == EXPECTED\nassert isinstance(inc(5), int)'
+
+def test_tests_pass_for_the_right_program():
+    r = run_code('def inc(x): return x + 1\n', tests=TESTS, timeout=T)
+    assert r.passed and r.status == 'passed', r
+
+@pytest.mark.parametrize('name', list(FORGERIES))
+def test_forgery_does_not_pass(name):
+    "The verdict is the checker's: the tests run here, against plain data the program returns."
+    r = run_code(FORGERIES[name], tests=TESTS, timeout=T)
+    check_contained(r)
+    assert 'passed' not in (r.status, r.detail)
 
 def test_timeout_status():
     r = run_code('while True: pass', timeout=1)
@@ -86,14 +114,31 @@ def test_no_write_outside_workdir(where):
     # the program swallows the error and exits 0: the file must still not exist
     r = run_code(f"try: open({str(target)!r}, 'w').write('x')\nexcept Exception as e: print(type(e).__name__)", timeout=T)
     assert not target.exists(), f'{target} was written'
-    assert r.passed and r.stdout.strip() in ('PermissionError', 'FileNotFoundError', 'OSError'), r
+    inside = '' if where == '/tmp' else None   # the run's own /tmp is its scratch directory: writable, gone afterwards
+    assert r.status == 'exited' and r.stdout.strip() in ('PermissionError', 'FileNotFoundError', 'OSError', inside), r
     r = run_code(f"open({str(target)!r}, 'w').write('x')", timeout=T)
-    check_contained(r); assert not target.exists()
+    if inside is None: check_contained(r)
+    assert not target.exists()
+
+def sbx_dirs():
+    return set(Path(tempfile.gettempdir()).glob('darts_sbx_*'))
 
 def test_workdir_is_writable_and_removed():
+    before = sbx_dirs()
     r = run_code("import os\nopen('f.txt', 'w').write('x')\nassert open('f.txt').read() == 'x'\nprint(os.getcwd())", timeout=T)
-    assert r.passed, r
-    assert not Path(r.stdout.strip()).exists()
+    assert r.status == 'exited', r
+    assert sbx_dirs() <= before
+
+def test_scratch_total_is_limited():
+    "20 files of 15 MB each (each under the per-file limit) do not fit: the scratch directory is a 64 MB tmpfs."
+    before = sbx_dirs()
+    prog = ("n = 0\ntry:\n    for i in range(20):\n        open(f'f{i}', 'wb').write(b'x' * (15 << 20)); n += 1\n"
+            "finally: print(n)\nassert n == 20")
+    r = run_code(prog, timeout=T)
+    assert 'scratch' in r.sandbox, r.sandbox
+    check_contained(r)
+    assert int(r.stdout.strip()) <= 64 // 15, r.stdout
+    assert sbx_dirs() <= before
 
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv('DARTS_JUDGE_API_KEY', 'sk-fake-secret-123')
@@ -129,7 +174,7 @@ def test_background_children_are_killed():
     assert procs_with(f'sleep {marker}') == []
     # also when the program itself exits 0: passing programs are cleaned up too
     r = run_code(f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)", timeout=T)
-    assert r.passed; time.sleep(0.2)
+    assert r.status == 'exited'; time.sleep(0.2)
     assert procs_with(f'sleep {marker}') == []
 
 def test_fork_limit_bounded_first():
@@ -149,12 +194,12 @@ def test_fork_limit_bounded_first():
 def test_fork_bomb():
     probe = run_code("import os, time\nn = 0\nfor _ in range(40):\n    try: pid = os.fork()\n    except OSError: break\n"
                      "    if pid == 0: time.sleep(2); os._exit(0)\n    n += 1\nprint(n)", timeout=T, max_procs=8)
-    if not (probe.passed and int(probe.stdout.strip()) < 8):
+    if not (probe.status == 'exited' and int(probe.stdout.strip()) < 8):
         pytest.skip(f'process limit not proven here ({probe.sandbox}); refusing to run an unbounded fork')
     r = run_code("import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout=T, max_procs=16)
     check_contained(r)
     assert r.status == 'timeout'
-    assert run_code('assert True', timeout=T).passed     # the machine is still usable
+    assert run_code('x = 1', tests='assert x == 1', timeout=T).passed     # the machine is still usable
 
 SHM = '''
 import ctypes
@@ -167,26 +212,115 @@ def test_shared_memory_does_not_outlive_the_run():
     def segments(): return [l.split()[:2] for l in Path('/proc/sysvipc/shm').read_text().splitlines()[1:]]
     before = segments()
     r = run_code(SHM, timeout=T)
-    if os.geteuid() != 0: pytest.skip('an IPC namespace needs root here')
     assert 'ipcns' in r.sandbox and all(int(i) >= 0 for i in r.stdout.strip().strip('[]').split(',')), (r.sandbox, r.stdout)  # they were made
     assert not [s for s in segments() if s not in before], segments()  # and none is left
 
-CALLER = '''
-import darts_nb.sandbox as s
-u = s._sandbox_uid(); s._sandbox_uid = lambda: u
-print(u, flush=True)
-s.run_code("import time\\nwhile True: time.sleep(1)", timeout=60)
-'''
+CALLER = """
+import sys, darts_nb.sandbox as s
+m = sys.argv[1]
+s.run_code(f"import subprocess, time\\nsubprocess.Popen(['sleep', '{m}'], start_new_session=True)\\n"
+           f"subprocess.Popen(['sleep', '{m}'])\\nwhile True: time.sleep(1)", timeout=60)
+"""
 
-def test_program_dies_with_its_caller():
-    import subprocess, sys, signal
-    if os.geteuid() != 0: pytest.skip('a uid of its own needs root here')
-    caller = subprocess.Popen([sys.executable, '-c', CALLER], stdout=subprocess.PIPE, text=True)
-    uid = int(caller.stdout.readline())
-    deadline = time.monotonic() + 10
-    while not procs_of(uid) and time.monotonic() < deadline: time.sleep(0.05)
-    assert procs_of(uid), 'the sandboxed program never started'
+def wait_until(cond, seconds):
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline: time.sleep(0.05)
+    return cond()
+
+def test_program_and_its_children_die_with_its_caller():
+    "The caller SIGKILLed: nobody is left to clean up, yet the program and the daemons it started end (parent-death signal, pid namespace)."
+    marker = f'{1000 + secrets.randbelow(8000)}.{secrets.randbelow(10**6)}'
+    caller = subprocess.Popen([sys.executable, '-c', CALLER, marker])
+    assert wait_until(lambda: len(procs_with(f'sleep {marker}')) == 2, 15), 'the sandboxed program never started its children'
     caller.send_signal(signal.SIGKILL); caller.wait()
-    deadline = time.monotonic() + 3
-    while procs_of(uid) and time.monotonic() < deadline: time.sleep(0.05)
-    assert not procs_of(uid), f'still running after its caller was killed: {procs_of(uid)}'
+    assert wait_until(lambda: not procs_with(f'sleep {marker}'), 3), f'still running after the caller was killed: {procs_with(marker)}'
+
+def unix_server(path_or_name):
+    srv = socket.socket(socket.AF_UNIX); srv.bind(path_or_name); srv.listen(4); srv.settimeout(T + SLACK)
+    got = []
+    def accept():
+        try: got.append(srv.accept())
+        except OSError: pass
+    threading.Thread(target=accept, daemon=True).start()
+    return srv, got
+
+@pytest.mark.parametrize('kind', ['pathname', 'abstract'])
+def test_unix_sockets_of_the_host_are_unreachable(kind, tmp_path):
+    if kind == 'pathname':
+        d = Path(tempfile.mkdtemp(prefix='darts_sock_')); d.chmod(0o755)
+        addr = str(d/'s.sock')
+    else: addr = f'\0darts-test-{TAG}'
+    srv, got = unix_server(addr)
+    if kind == 'pathname': os.chmod(addr, 0o777)                    # world-writable: only the sandbox stands in the way
+    r = run_code(f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(1)\ns.connect({addr!r})\ns.sendall(b'hi')", timeout=T)
+    check_contained(r)
+    time.sleep(0.2); srv.close()
+    if kind == 'pathname': shutil.rmtree(d)
+    assert got == [], f'the sandboxed program reached a {kind} unix socket of the host'
+
+def readable_secret():
+    "A world-readable file in a world-readable folder: file permissions alone would let any uid read it."
+    d = Path(tempfile.mkdtemp(prefix='darts_secret_')); d.chmod(0o755)
+    f = d/'secret.txt'; f.write_text(f'secret-{TAG}'); f.chmod(0o644)
+    return d, f
+
+@pytest.mark.parametrize('where', ['world-readable file', 'project tree', 'home'])
+def test_reads_are_limited_to_the_interpreter(where):
+    d = None
+    if where == 'world-readable file': d, target = readable_secret()
+    elif where == 'project tree': target = ROOT/'pyproject.toml'
+    else: target = next((p for p in Path.home().iterdir() if p.is_file()), Path.home()/'.profile')
+    r = run_code(f"import os\nprint(os.path.exists({str(target)!r}))\nprint(open({str(target)!r}).read()[:20])\n"
+                 f"print(os.listdir({str(target.parent)!r}))", timeout=T)
+    if d: shutil.rmtree(d)
+    check_contained(r)
+    assert r.stdout.split('\n')[0] == 'False', r            # not even its name is visible
+    assert 'secret-' not in r.stdout + r.stderr and '[project]' not in r.stdout + r.stderr
+
+def test_refuses_without_a_required_layer(monkeypatch):
+    "A kernel without network namespaces (rehearsed by skipping the layer): refused, unless the caller opts in, and then it says what is missing."
+    monkeypatch.setenv('DARTS_SANDBOX_SKIP', 'netns')
+    with pytest.raises(SandboxUnavailable, match=r'netns.*allow_unsafe=True.*--allow-unsafe-code'): run_code('x = 1', timeout=T)
+    from darts_nb.sandbox import check_completion
+    prob = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
+    with pytest.raises(SandboxUnavailable): check_completion(prob, '    return 1\n', timeout=T)
+    r = run_code('x = 1', tests='assert x == 1', timeout=T, allow_unsafe=True)
+    assert r.passed and 'netns' not in r.sandbox and 'mntns' in r.sandbox, r.sandbox
+    monkeypatch.setenv('DARTS_ALLOW_UNSAFE_CODE', '1')
+    assert check_completion(prob, '    return 1\n', timeout=T).passed
+
+NOBODY = """
+import sys, json, os
+sys.path.insert(0, sys.argv[1])
+from darts_nb.sandbox import run_code
+secret, marker = sys.argv[2], sys.argv[3]
+out = {}
+r = run_code('x = 1', tests='assert x == 1', timeout=5); out['layers'] = list(r.sandbox); out['ok'] = r.passed
+r = run_code(f"import subprocess\\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)", timeout=5); out['daemon'] = r.status
+r = run_code(f"print(open({secret!r}).read())", timeout=5); out['read'] = (r.status, r.stdout)
+r = run_code("import os\\nn = 0\\nfor _ in range(60):\\n    try: pid = os.fork()\\n    except OSError: break\\n"
+             "    if pid == 0:\\n        import time; time.sleep(3); os._exit(0)\\n    n += 1\\nprint(n)", timeout=5, max_procs=8)
+out['forks'] = r.stdout.strip()
+print(json.dumps(out))
+"""
+
+def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
+    "As an ordinary user (uid 65534, a copy of the module): a user namespace of one uid carries every layer root gets."
+    if os.geteuid() != 0: pytest.skip('switching to another uid for this test needs root')
+    import darts_nb.sandbox as sbx, darts_nb.containment as cnt
+    lib = Path(tempfile.mkdtemp(prefix='darts_nobody_')); pkg = lib/'darts_nb'; pkg.mkdir()
+    (pkg/'__init__.py').write_text(''); shutil.copy(sbx.__file__, pkg); shutil.copy(cnt.__file__, pkg)   # the two modules, stdlib only
+    for q in (lib, pkg): q.chmod(0o755)
+    for q in pkg.iterdir(): q.chmod(0o644)
+    d, secret = readable_secret()
+    marker = f'{1000 + secrets.randbelow(8000)}.{secrets.randbelow(10**6)}'
+    try:
+        p = subprocess.run([sbx.sandbox_python(), '-I', '-c', NOBODY, str(lib), str(secret), marker], user=65534, group=65534,
+                           extra_groups=[], cwd='/', env={'PATH': '/usr/bin:/bin'}, capture_output=True, text=True, timeout=120)
+    finally: shutil.rmtree(lib); shutil.rmtree(d)
+    assert p.returncode == 0, p.stderr
+    import json; out = json.loads(p.stdout)
+    assert out['ok'] and {'userns', 'netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'nproc'} <= set(out['layers']), out
+    assert out['daemon'] == 'exited' and procs_with(f'sleep {marker}') == []
+    assert out['read'][0] != 'exited' and 'secret-' not in out['read'][1], out['read']
+    assert int(out['forks']) < 8, out['forks']
