@@ -31,6 +31,13 @@ def procs_with(marker):
         if marker in cmd and 'pytest' not in cmd: out.append(int(d.name))
     return out
 
+@pytest.fixture(autouse=True)
+def nothing_left_on_disk():
+    "Every test of this file: no sandbox directory of the caller's is left behind."
+    before = set(Path(tempfile.gettempdir()).glob('darts_sbx_*'))
+    yield
+    assert set(Path(tempfile.gettempdir()).glob('darts_sbx_*')) <= before, 'a sandbox directory was left behind'
+
 def check_contained(r: CodeResult, timeout=T):
     assert not r.passed, r
     assert r.status in ('failed', 'timeout', 'error', 'unsupported'), r.status
