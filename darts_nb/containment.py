@@ -8,6 +8,7 @@ Docs: https://darts-nb.github.io/darts_nb/containment.html.md"""
 from __future__ import annotations
 import os, sys, json, time, shutil, random, signal, tempfile, subprocess
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
@@ -17,7 +18,7 @@ __all__ = ['SandboxUnavailable', 'sandbox_python', 'sandbox_view', 'sandbox_laye
 _BOOT = r'''
 import os, sys, json, ctypes, resource, select
 c = json.loads(sys.argv[1]); done = []
-rep = open(c['layers'], 'w')                                   # opened before privileges are dropped
+rep = os.fdopen(c['rep'], 'w')                                 # an unlinked file of the caller's, closed before the exec
 libc = ctypes.CDLL(None, use_errno=True)
 def lim(r, v):
     resource.setrlimit(r, (v, v))
@@ -49,7 +50,7 @@ if 'pidns' in done and os.fork() != 0:                        # the parent waits
 os.close(alive_w)
 work = c['work']
 if 'mntns' in done:                                           # a view of the file system with only what the interpreter needs
-    new = c['newroot']
+    new = '/tmp'                                              # (a tmpfs over it, in this namespace only: nothing on the host's disk)
     mount(None, '/', None, (1 << 18) | 16384)                 # MS_PRIVATE | MS_REC: nothing propagates back to the host
     mount('tmpfs', new, 'tmpfs', 2 | 4, 'size=1m,mode=755')   # MS_NOSUID | MS_NODEV
     for p, kind in c['view']:
@@ -71,6 +72,7 @@ if 'mntns' in done:                                           # a view of the fi
     os.chdir('/')
     mount(None, '/', None, 4096 | 32 | 1 | 2 | 4)             # the new root itself read-only
     work = '/work'; done += ['view', 'scratch']
+if work is None: die('refusing to run untrusted code without mntns')
 libc.prctl(38, 1, 0, 0, 0)                                    # PR_SET_NO_NEW_PRIVS
 abi = -1 if 'landlock' in c['skip'] else libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
 if abi >= 1:
@@ -183,12 +185,12 @@ def sandbox_view(python: str|None = None, # the interpreter (default `sandbox_py
     _VIEWS[python] = rows
     return rows
 
-def _read(path: Path, limit: int) -> bytes:
-    with open(path, 'rb') as f:
-        f.seek(0, 2); n = f.tell()
-        if n <= 2 * limit: f.seek(0); return f.read()
-        f.seek(0); head = f.read(limit); f.seek(n - limit)
-        return head + b'\n...\n' + f.read()
+def _read(f, limit: int) -> bytes:
+    "A captured stream: whole, or its first and last `limit` bytes."
+    f.seek(0, 2); n = f.tell()
+    if n <= 2 * limit: f.seek(0); return f.read()
+    f.seek(0); head = f.read(limit); f.seek(n - limit)
+    return head + b'\n...\n' + f.read()
 
 # %% ../nbs/01a_containment.ipynb #c8dcbf1b
 _REQUIRED = ('netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'landlock-fs', 'nproc', 'pdeathsig')
@@ -205,9 +207,9 @@ def sandbox_layers() -> tuple:
     "The layers this machine applies to a sandboxed program (one trivial run, remembered for the process)."
     key = os.environ.get('DARTS_SANDBOX_SKIP', '')
     if key not in _PROBED:
-        with _sandboxed('', 10.0, 256, 8, 1, allow_unsafe=True, _checked=True) as (p, priv):
+        with _sandboxed('', 10.0, 256, 8, 1, allow_unsafe=True, _checked=True) as (p, box):
             p.wait(10)
-            _PROBED[key] = _layers(priv)
+            _PROBED[key] = _layers(box)
     return _PROBED[key]
 
 def _check_layers(allow_unsafe: bool|None) -> None:
@@ -217,35 +219,39 @@ def _check_layers(allow_unsafe: bool|None) -> None:
     if missing: raise SandboxUnavailable(f"refusing to run untrusted code without {', '.join(missing)} (this kernel or container lacks them); "
                                          'pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway, with the layers listed in CodeResult.sandbox')
 
+@dataclass
+class _Box:
+    "The caller's side of one run: unlinked files for the program's output and the boot script's report (nothing named on disk)."
+    out: object; err: object; rep: object
+
 @contextmanager
 def _sandboxed(src: str, timeout: float, memory_mb: int, max_procs: int, file_mb: int, pass_fds: tuple = (),
                scratch_mb: int = 64, allow_unsafe: bool|None = None, _checked: bool = False):
-    "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, its private dir); kills and removes everything after."
+    "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, `_Box`); kills and removes everything after."
     if not _checked: _check_layers(allow_unsafe)
     root = os.geteuid() == 0
     uid = _sandbox_uid() if root else os.getuid()
-    work = Path(tempfile.mkdtemp(prefix='darts_sbx_')); priv = Path(tempfile.mkdtemp(prefix='darts_sbx_io_'))
-    (priv/'root').mkdir()
+    # a scratch directory on the host only where the program gets no view of its own (the probe, or allow_unsafe on such a machine)
+    work = Path(tempfile.mkdtemp(prefix='darts_sbx_')) if _checked or 'view' not in sandbox_layers() else None
     p = None
     try:
-        if root: os.chown(work, uid, uid)
-        os.chmod(work, 0o700); os.chmod(priv, 0o700)
+        if work and root: os.chown(work, uid, uid)
         require = [] if _allow_unsafe(allow_unsafe) else _required()   # checked again in the boot script, run by run
         skip = [k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k]  # to rehearse a kernel without them
-        cfg = dict(work=str(work), uid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20, ppid=os.getpid(),
-                   nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, layers=str(priv/'layers.json'),
-                   newroot=str(priv/'root'), view=sandbox_view(), scratch=int(scratch_mb) << 10, require=require, skip=skip)
-        env = {'PATH': '/usr/bin:/bin', 'HOME': str(work), 'LANG': 'C.UTF-8'}
-        with open(priv/'out', 'wb') as fo, open(priv/'err', 'wb') as fe:
+        with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, tempfile.TemporaryFile('w+') as fr:
+            cfg = dict(work=work and str(work), uid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20, ppid=os.getpid(),
+                       nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, rep=fr.fileno(),
+                       view=sandbox_view(), scratch=int(scratch_mb) << 10, require=require, skip=skip)
             p = subprocess.Popen([sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=fo, stderr=fe,
-                                 cwd=str(work), env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+                                 cwd='/', env={'PATH': '/usr/bin:/bin', 'LANG': 'C.UTF-8'}, start_new_session=True, close_fds=True,
+                                 pass_fds=(*pass_fds, fr.fileno()))
             p.uid = uid
             try: p.stdin.write(src.encode('utf-8', 'surrogatepass')); p.stdin.close()
             except BrokenPipeError: pass
-            yield p, priv
+            yield p, _Box(fo, fe, fr)
     finally:
         if p is not None: _kill(p)
-        shutil.rmtree(work, ignore_errors=True); shutil.rmtree(priv, ignore_errors=True)
+        if work: shutil.rmtree(work, ignore_errors=True)
 
 def _kill(p: subprocess.Popen) -> None:
     "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
@@ -260,6 +266,7 @@ def _refused(err: bytes) -> None:
         if line.startswith('darts sandbox: refusing'):
             raise SandboxUnavailable(line[len('darts sandbox: '):] + '; pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway')
 
-def _layers(priv: Path) -> tuple:
-    f = priv/'layers.json'
-    return tuple(json.loads(f.read_text())) if f.exists() and f.stat().st_size else ()
+def _layers(box: _Box) -> tuple:
+    "The layers the boot script reported (none if it stopped before)."
+    box.rep.seek(0); s = box.rep.read()
+    return tuple(json.loads(s)) if s else ()

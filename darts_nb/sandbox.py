@@ -49,14 +49,14 @@ def run_code(program: str, # Python source (untrusted): a completion, possibly w
         r = _serve_and_check(program, check, timeout, output_kb, **lims)
         return CodeResult(r['status'] == 'passed', r['status'], r['out'], r['err'], r['seconds'], r['rc'], r['layers'], r['uid'], r['detail'])
     t0 = time.monotonic()
-    with _sandboxed(program, timeout, **lims) as (p, priv):
+    with _sandboxed(program, timeout, **lims) as (p, box):
         timed_out = False
         try: p.wait(timeout=timeout)
         except subprocess.TimeoutExpired: timed_out = True
         seconds = time.monotonic() - t0
         _kill(p)  # background children too, before the output is read
-        out, err = _read(priv/'out', output_kb << 10), _read(priv/'err', output_kb << 10)
-        layers, uid = _layers(priv), p.uid
+        out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
+        layers, uid = _layers(box), p.uid
     _refused(err)
     rc = None if timed_out else p.returncode
     if timed_out: status = 'timeout'
@@ -207,7 +207,7 @@ def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **
     req_r, req_w = os.pipe(); ans_r, ans_w = os.pipe()
     t0 = time.monotonic(); remote = None; status, detail = 'passed', ''
     try:
-        with _sandboxed(program + _server(req_r, ans_w), timeout, pass_fds=(req_r, ans_w), **lims) as (p, priv):
+        with _sandboxed(program + _server(req_r, ans_w), timeout, pass_fds=(req_r, ans_w), **lims) as (p, box):
             os.close(req_r); os.close(ans_w); req_r = ans_w = None
             remote = _Remote(req_w, ans_r, t0 + timeout)
             try: check(remote)
@@ -217,8 +217,8 @@ def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **
             except Exception as e: status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
             rc = p.poll()
             _kill(p)
-            out, err = _read(priv/'out', output_kb << 10), _read(priv/'err', output_kb << 10)
-            layers, uid = _layers(priv), p.uid
+            out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
+            layers, uid = _layers(box), p.uid
     finally:
         for fd in (req_r, req_w, ans_r, ans_w):
             if fd is not None:
