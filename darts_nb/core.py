@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
-import os, random, hashlib, json, secrets, shutil, ctypes
+import os, errno, random, hashlib, json, secrets, shutil, ctypes
 from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
@@ -172,6 +172,10 @@ def atomic_path(path: str|Path, # the final file or directory
         yield tmp
         if not (tmp.exists() or tmp.is_symlink()): raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
         if replace or not path.exists(): _swap(tmp, path)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT): raise
+        raise OSError(e.errno, f'no space left on the device while writing {path}: nothing was written there '
+                               f'(the partial copy is removed); free some space and run again') from e
     finally: _rmtree(tmp)
 
 def atomic_write(path: str|Path, # the file to write
