@@ -6,72 +6,42 @@ Docs: https://darts-nb.github.io/darts_nb/cli.html.md"""
 
 # %% ../nbs/22_cli.ipynb #7ce2d600
 from __future__ import annotations
-import argparse, os, sys
-from .core import in_notebook
+import argparse, os, sys, time
 
 # %% auto #0
-__all__ = ['PROFILE_HELP', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch',
-           'main']
+__all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
+           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'LineLog', 'main']
 
 # %% ../nbs/22_cli.ipynb #a19129b7
-PROFILE_HELP = "'toy' (the built-in zoo, default), 'ci', 'llama2-7b', or a YAML file with base and experts"
+PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
+CHOICES = dict(  # the library's registries, by name (checked against them below)
+    domain=('code', 'math', 'instruct'),                                          # domains.DOMAINS
+    kind=('standard', 'position', 'add', 'parallel', 'token', 'shuffled'),        # surgery.SURGERY_KINDS
+    loss=('l1', 'ewl1', 'kl', 'ce'),                                              # losses.LOSSES
+    experiment=('experts', 'sweep', 'main', 'bias_vs_score', 'bias', 'placement', 'entropy', 'seeds', 'loss', 'module',
+                'variants', 'controls', 'calib_text', 'steps', 'rank', 'calib', 'lr', 'cost', 'summary'),  # experiments.EXPERIMENTS
+    size=('ci', 'toy'))                                                           # zoo.ZOO_SIZES
+EXAMPLES = {
+    'zoo': 'darts zoo --size ci --table --limit 20',
+    'merge': 'darts merge --profile toy --quick --only ta-0.5 ties-w0.7-d0.3',
+    'surgery': 'darts surgery --profile toy --merge ta-0.5 --domain math --kind position --loss ewl1 --eval-limit 60',
+    'eval': 'darts eval --model ~/.cache/darts_nb/zoo/math --domains math --limit 20',
+    'report': 'darts report default',
+    'run': 'darts run --profile toy --name demo --quick',
+    'fetch': 'darts fetch --profile llama2-7b --dry-run',
+}
 
-def _parser() -> argparse.ArgumentParser:
-    from darts_nb.experiments import EXPERIMENTS
-    from darts_nb.domains import DOMAINS
-    from darts_nb.surgery import SURGERY_KINDS
-    from darts_nb.losses import LOSSES
-    ap = argparse.ArgumentParser(prog='darts', description='DARTS: representation surgery for merged LLMs.')
-    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{zoo,merge,surgery,eval,report,run,fetch}')
-    prof = dict(default='toy', help=PROFILE_HELP)
-    z = sub.add_parser('zoo', help='build the built-in model zoo')
-    z.add_argument('--size', default='toy', choices=['toy', 'ci'], help='which zoo (default toy)')
-    z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
-    z.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
-    m = sub.add_parser('merge', help='run the merge sweep (resumable); merging only, unless --score')
-    m.add_argument('--profile', **prof); m.add_argument('--quick', action='store_true', help='the quick sweep only')
-    m.add_argument('--only', nargs='+', default=None, metavar='NAME', help='configuration names, e.g. ta-0.5 ties-w0.7-d0.3')
-    m.add_argument('--score', action='store_true', help='also score every merge on every domain, into run --name')
-    m.add_argument('--name', default='default', help='the run that --score records into (default: default)')
-    m.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
-    s = sub.add_parser('surgery', help='train one surgery module on a merge and a domain, score it')
-    s.add_argument('--profile', **prof); s.add_argument('--name', default='default', help='the run to record into')
-    s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name (default ta-0.5)')
-    s.add_argument('--domain', default='math', choices=DOMAINS)
-    s.add_argument('--kind', default='position', choices=list(SURGERY_KINDS), help='position = DARTS')
-    s.add_argument('--loss', default='ewl1', choices=list(LOSSES))
-    s.add_argument('--rank', type=int, default=16); s.add_argument('--iters', type=int, default=500)
-    s.add_argument('--lr', type=float, default=1e-3); s.add_argument('--seed', type=int, default=0, help='calibration seed')
-    s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all)')
-    s.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
-    e = sub.add_parser('eval', help='score a checkpoint on the domains through lm-eval')
-    e.add_argument('--model', required=True, help='a local checkpoint directory')
-    e.add_argument('--domains', nargs='+', default=list(DOMAINS), choices=DOMAINS)
-    e.add_argument('--limit', type=int, default=None, help='eval items per domain')
-    e.add_argument('--tasks', default='toy', choices=['toy', 'paper'], help='the task set: the toy domains or the paper benchmarks')
-    e.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
-    e.add_argument('--batch-size', type=_batch_size, default=32, help="generation batch size, or 'auto' (default 32)")
-    r = sub.add_parser('report', help='write runs/NAME/report.md and report.html from a run')
-    r.add_argument('name', help='the run name')
-    a = sub.add_parser('run', help='run the whole programme (resumable) and write the report')
-    a.add_argument('--profile', **prof); a.add_argument('--name', default='default', help='the run name (runs/NAME)')
-    a.add_argument('--quick', action='store_true', help='the demo: the quick records and sweep, 60 eval items per domain')
-    a.add_argument('--only', nargs='+', default=None, choices=list(EXPERIMENTS), metavar='EXPERIMENT',
-                   help=f'run only these, in registry order: {", ".join(EXPERIMENTS)}')
-    a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
-    a.add_argument('--device', default=None, help='cpu or cuda (default: cuda when available)')
-    a.add_argument('--workers', type=int, default=1, help='processes computing arms and evaluations at once (default 1)')
-    a.add_argument('--judge', default=None, metavar='CFG', help='paper profile: the alpaca_eval annotators config that judges AlpacaEval '
-                   '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged')
-    a.add_argument('--batch-size', type=_batch_size, default=None, help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)")
-    a.add_argument('--delete-merges', action='store_true', help='delete each sweep merge once scored (a 7B merge takes 13.5 GB)')
-    for scoring in (z, m, s, e, a):
-        scoring.add_argument('--allow-unsafe-code', action='store_true', help='score generated code even where the kernel lacks a '
-                             'sandbox layer (user namespaces, Landlock); the default refuses')
-    f = sub.add_parser('fetch', help="download a profile's hub models and the paper's datasets (needs the network)")
-    f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' (default) or a YAML file whose models are hub ids")
-    f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
-    return ap
+class _Help(argparse.RawDescriptionHelpFormatter):
+    "Help that shows each option's default (where it has one and the text does not already say it) and keeps the example's line breaks."
+    def _get_help_string(self, action):
+        h = action.help or ''
+        if 'default' in h or action.default is None or action.default is False or action.default == argparse.SUPPRESS or not action.option_strings: return h
+        return h + (' ' if h else '') + '(default: %(default)s)'
+
+def _device(v: str) -> str:
+    "A --device value: cpu, cuda, cuda:N or mps (whether it is there is checked when a model is placed)."
+    if v in ('cpu', 'cuda', 'mps') or (v.startswith('cuda:') and v[5:].isdigit()): return v
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {v!r}")
 
 def _batch_size(v: str) -> int|str:
     "A --batch-size value: 'auto' or an integer >= 1."
@@ -80,6 +50,69 @@ def _batch_size(v: str) -> int|str:
     except ValueError: raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}") from None
     if n < 1: raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}")
     return n
+
+def _sub(sub, name: str, help: str):
+    "A sub-command's parser, with its example in the help."
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + '.', formatter_class=_Help,
+                          epilog=f'example:\n  {EXAMPLES[name]}')
+
+def _parser() -> argparse.ArgumentParser:
+    from darts_nb import __version__
+    ap = argparse.ArgumentParser(prog='darts', description='DARTS: representation surgery for merged LLMs.', formatter_class=_Help,
+                                 epilog='examples:\n' + '\n'.join(f'  {e}' for e in EXAMPLES.values()))
+    ap.add_argument('--version', action='version', version=f'darts_nb {__version__}')
+    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{' + ','.join(EXAMPLES) + '}')
+    prof = dict(default='toy', help=PROFILE_HELP)
+    dev = dict(type=_device, default=None, help='cpu, cuda, cuda:N or mps (default: cuda when available, else cpu)')
+    z = _sub(sub, 'zoo', 'build the built-in model zoo')
+    z.add_argument('--size', default='toy', choices=CHOICES['size'], help='which zoo')
+    z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
+    z.add_argument('--limit', type=int, default=None, help='eval items per domain for --table (default: all)')
+    m = _sub(sub, 'merge', 'run the merge sweep (resumable); merging only, unless --score')
+    m.add_argument('--profile', **prof); m.add_argument('--quick', action='store_true', help='the quick sweep only')
+    m.add_argument('--only', nargs='+', default=None, metavar='NAME', help='configuration names, e.g. ta-0.5 ties-w0.7-d0.3 (default: the whole sweep)')
+    m.add_argument('--score', action='store_true', help='also score every merge on every domain, into run --name')
+    m.add_argument('--name', default='default', help='the run that --score records into')
+    m.add_argument('--device', **dev)
+    s = _sub(sub, 'surgery', 'train one surgery module on a merge and a domain, score it beside the merge without it')
+    s.add_argument('--profile', **prof); s.add_argument('--name', default='default', help='the run to record into')
+    s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name')
+    s.add_argument('--domain', default='math', choices=CHOICES['domain'], help='the domain to correct and score')
+    s.add_argument('--kind', default='position', choices=CHOICES['kind'], help='position = DARTS')
+    s.add_argument('--loss', default='ewl1', choices=CHOICES['loss'], help='ewl1 = DARTS')
+    s.add_argument('--rank', type=int, default=16, help='the low-rank size of the module')
+    s.add_argument('--iters', type=int, default=500, help='training steps')
+    s.add_argument('--lr', type=float, default=1e-3, help='learning rate'); s.add_argument('--seed', type=int, default=0, help='calibration seed')
+    s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all)')
+    s.add_argument('--device', **dev)
+    e = _sub(sub, 'eval', 'score a checkpoint on the domains through lm-eval')
+    e.add_argument('--model', required=True, help='a local checkpoint directory or a hub id in the local cache')
+    e.add_argument('--domains', nargs='+', default=list(CHOICES['domain']), choices=CHOICES['domain'], help='the domains to score')
+    e.add_argument('--limit', type=int, default=None, help='eval items per domain (default: all)')
+    e.add_argument('--tasks', default='toy', choices=['toy', 'paper'], help='the task set: the toy domains or the paper benchmarks')
+    e.add_argument('--device', **dev)
+    e.add_argument('--batch-size', type=_batch_size, default=32, help="generation batch size, or 'auto'")
+    r = _sub(sub, 'report', 'write runs/NAME/report.md and report.html from a run')
+    r.add_argument('name', help='the run name')
+    a = _sub(sub, 'run', 'run the whole programme (resumable) and write the report')
+    a.add_argument('--profile', **prof); a.add_argument('--name', default='default', help='the run name (runs/NAME)')
+    a.add_argument('--quick', action='store_true', help='the demo: the quick records and sweep, 60 eval items per domain')
+    a.add_argument('--only', nargs='+', default=None, choices=CHOICES['experiment'], metavar='EXPERIMENT',
+                   help=f'run only these, in registry order: {", ".join(CHOICES["experiment"])} (default: all, or the quick ones with --quick)')
+    a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
+    a.add_argument('--device', **dev)
+    a.add_argument('--workers', type=int, default=1, help='processes computing arms and evaluations at once')
+    a.add_argument('--judge', default=None, metavar='CFG', help='paper profile: the alpaca_eval annotators config that judges AlpacaEval '
+                   '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged')
+    a.add_argument('--batch-size', type=_batch_size, default=None, help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)")
+    a.add_argument('--delete-merges', action='store_true', help='delete each sweep merge once scored (a 7B merge takes 13.5 GB)')
+    for scoring in (z, m, s, e, a):
+        scoring.add_argument('--allow-unsafe-code', action='store_true', help='score generated code even where the kernel lacks a '
+                             'sandbox layer (user namespaces, Landlock); the default refuses')
+    f = _sub(sub, 'fetch', "download a profile's hub models and the paper's datasets (needs the network)")
+    f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' or a YAML file whose models are hub ids")
+    f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
+    return ap
 
 def _positive(ap, **vals):
     "Refuse (through argparse, exit 2) any of `vals` given and below 1."
@@ -104,17 +137,36 @@ def cmd_merge(a, ap):
     if a.score: score_merges(run, a.only); print(sweep_table(run).round(1).to_string())
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c3
+def _with_se(v: float, se) -> str:
+    return f'{v:.3g}' + (f' ± {se:.2g}' if se == se and se is not None else '')
+
+def surgery_summary(run, # the run
+                    merge: str, # the merge
+                    domain: str, # the domain
+                    arm, # the arm (a runs.Arm)
+                    base, after, # the rows `run_arm` recorded without and with the module
+                   ) -> str:
+    "The domain's scores without and with the module (± standard error), and their paired difference with its 95% interval."
+    from darts_nb.runs import NONE
+    from darts_nb.results import arm_key, paired_diff
+    b, c = base.set_index('metric'), after.set_index('metric')
+    lines = [f'{domain} on {merge}, {int(c["n"].iloc[0])} items:'] + [
+        f'  {m:<12} no surgery {_with_se(b.at[m, "value"], b.at[m, "stderr"]):>14}   {arm.label} {_with_se(c.at[m, "value"], c.at[m, "stderr"]):>14}'
+        for m in c.index if m in b.index]
+    try: d = paired_diff(run, [(arm_key(merge, arm), arm_key(merge, NONE))], domains=[domain])
+    except (KeyError, ValueError) as e: return '\n'.join(lines + [f'  (no paired difference: {e})'])
+    return '\n'.join(lines + [f"  difference (with - without, paired over {d['n']} items): {d['diff']:+.3g}, 95% CI [{d['lo']:+.3g}, {d['hi']:+.3g}]"])
+
 def cmd_surgery(a, ap):
-    "darts surgery: one arm on one (merge, domain), printed beside the merge without surgery."
+    "darts surgery: one arm on one (merge, domain), beside the merge without surgery."
     from darts_nb.runs import Arm, NONE, make_run, run_arm, run_dir, stage_merges
     _positive(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
     run = make_run(a.profile, a.name, eval_limit=a.eval_limit, device=a.device)
     stage_merges(run, [a.merge])
     arm = Arm(a.kind, a.loss, a.rank, a.lr, a.iters, 50, a.seed)
-    for label, x in (('no surgery', NONE), (arm.label, arm)):
-        rows = run_arm(run, a.merge, a.domain, x)
-        print(f'\n{label}:\n' + rows[['metric', 'value', 'n', 'stderr']].to_string(index=False))
-    print(f'\nmodule saved in {run_dir(a.name)/"surgery"/a.merge/a.domain/arm.dirname}')
+    base, after = run_arm(run, a.merge, a.domain, NONE), run_arm(run, a.merge, a.domain, arm)
+    print(surgery_summary(run, a.merge, a.domain, arm, base, after))
+    print(f'module saved in {run_dir(a.name)/"surgery"/a.merge/a.domain/arm.dirname}')
 
 def cmd_eval(a, ap):
     "darts eval: score a checkpoint through lm-eval."
@@ -128,6 +180,10 @@ def cmd_eval(a, ap):
 # %% ../nbs/22_cli.ipynb #c1a1b2c4
 def cmd_report(a, ap):
     "darts report: the report of an existing run (reopened from its run.json; nothing is built or loaded)."
+    from darts_nb.core import darts_home
+    meta = darts_home()/'runs'/a.name/'run.json'
+    if '/' in a.name or not meta.exists():  # said before the library's heavy part is imported
+        raise FileNotFoundError(f"run {a.name!r} does not exist: {meta} is missing (start it with `darts run --name {a.name}`)")
     from darts_nb.runs import open_run
     from darts_nb.experiments import EXPERIMENTS
     from darts_nb.report import write_report
@@ -151,16 +207,56 @@ def cmd_fetch(a, ap):
 COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run, 'fetch': cmd_fetch}
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c6
+class LineLog:
+    "A text stream for logs: progress bars' carriage-return repaints become one line every `every` seconds, and their last state."
+    def __init__(self, stream, # where lines go (e.g. sys.stderr)
+                 every: float = 30.0, # seconds between two lines of one bar
+                ):
+        self.stream, self.every, self.cur, self.bar, self.shown, self.last = stream, every, '', '', True, float('-inf')
+    def write(self, s: str) -> int:
+        for i, seg in enumerate(s.split('\r')):
+            if i: self._repaint()
+            *lines, self.cur = (self.cur + seg).split('\n')
+            for line in lines: self._line(line)
+        return len(s)
+    def _repaint(self):
+        "A carriage return: the text before it is a bar's state, shown only now and then (a blank one clears the bar)."
+        text, self.cur = self.cur.rstrip(), ''
+        if text:
+            self.bar, self.shown = text, False
+            if time.monotonic() - self.last >= self.every: self._show()
+        elif self.bar and not self.shown: self._show()
+    def _line(self, line: str):
+        if line.strip(): self._emit(line.rstrip()); self.bar, self.shown, self.last = '', True, float('-inf')  # the next bar shows its start
+        elif self.bar and not self.shown: self._show()
+    def _show(self): self._emit(self.bar); self.shown = True
+    def _emit(self, text: str):
+        self.stream.write(text + '\n'); self.stream.flush(); self.last = time.monotonic()
+    def flush(self): self.stream.flush()
+    def isatty(self) -> bool: return False
+    def __getattr__(self, k): return getattr(self.stream, k)
+
 def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
         ) -> int:
     "Entry point of the `darts` console script."
-    from darts_nb.sandbox import SandboxUnavailable
     ap = _parser(); a = ap.parse_args(argv)
+    from darts_nb.sandbox import SandboxUnavailable
     if getattr(a, 'allow_unsafe_code', False): os.environ['DARTS_ALLOW_UNSAFE_CODE'] = '1'  # read by the sandbox, in workers too
-    try: COMMANDS[a.cmd](a, ap)
+    err_stream = sys.stderr
+    if not err_stream.isatty() and not isinstance(err_stream, LineLog): sys.stderr = LineLog(err_stream)
+    try:
+        if getattr(a, 'device', None):
+            from darts_nb.core import default_device
+            default_device(a.device)  # a device this machine lacks: said before any work
+        COMMANDS[a.cmd](a, ap)
     except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2
+    finally: sys.stderr = err_stream
     return 0
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c7
-if __name__ == '__main__' and not in_notebook(): sys.exit(main())
+def _in_ipython() -> bool:
+    "True inside IPython or Jupyter, where `__name__` is also '__main__' (core.in_notebook's test, without importing core)."
+    return 'IPython' in sys.modules and sys.modules['IPython'].get_ipython() is not None
+
+if __name__ == '__main__' and not _in_ipython(): sys.exit(main())

@@ -9,9 +9,6 @@ from __future__ import annotations
 import os, errno, random, hashlib, json, secrets, shutil, ctypes
 from contextlib import contextmanager
 from pathlib import Path
-import numpy as np
-import torch
-import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
@@ -34,19 +31,31 @@ def home_dir(*parts: str) -> Path:
 def set_seed(seed: int # the seed for Python, NumPy and torch (CPU and CUDA)
             ) -> int:
     "Seed every random generator a run touches; returns `seed`."
+    import numpy as np, torch
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
     if torch.cuda.is_available(): torch.cuda.manual_seed_all(seed)
     return seed
 
 def default_device(device: str|torch.device|None = None # an explicit choice wins
                   ) -> torch.device:
-    "`device` if given, else CUDA when available, else CPU."
-    if device is not None: return torch.device(device)
-    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    "`device` if given (and present on this machine), else CUDA when available, else CPU."
+    import torch
+    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: d = torch.device(device)
+    except (RuntimeError, TypeError): raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps") from None
+    if d.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: this machine has no CUDA GPU that torch can use (torch {torch.__version__}, "
+                         f"CUDA build: {torch.version.cuda or 'no'}); use device='cpu'")
+    if d.type == 'cuda' and d.index is not None and d.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0 ..)")
+    if d.type == 'mps' and not torch.backends.mps.is_available(): raise ValueError(f"device={device!r}: MPS is not available here; use device='cpu'")
+    if d.type not in ('cpu', 'cuda', 'mps'): raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps")
+    return d
 
 def default_dtype(device: str|torch.device|None = None # the device the model will run on
                  ) -> torch.dtype:
     "bfloat16 on a GPU that supports it, float32 elsewhere (CPU bf16 matmuls are slow)."
+    import torch
     d = default_device(device)
     if d.type == 'cuda' and torch.cuda.is_bf16_supported(): return torch.bfloat16
     return torch.float32
@@ -69,6 +78,7 @@ def final_hidden(model, # any Hugging Face causal LM
                  return_logits: bool = True, # also apply the LM head
                 ) -> tuple[torch.Tensor, torch.Tensor|None]:
     "Final-layer hidden states (the LM head's input, after the final norm) and the logits."
+    import torch
     if attention_mask is None: attention_mask = torch.ones_like(input_ids)
     pos = positions_from_mask(attention_mask)
     out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
@@ -93,6 +103,7 @@ def tiny_llama(vocab_size: int = 64, # vocabulary size
 # %% ../nbs/00_core.ipynb #b07e9086
 def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     "Entropy (nats) of each row of a 2-D logit tensor, computed in float32."
+    import torch.nn.functional as F
     lp = F.log_softmax(logits.float(), -1)
     return -(lp.exp() * lp).sum(-1)
 
@@ -100,20 +111,22 @@ def token_entropy(logits: torch.Tensor, # ... x V logits, any float dtype
                   chunk_size: int = 1024, # rows (positions) per float32 chunk
                  ) -> torch.Tensor:
     "Per-position entropy (natural log) of `softmax(logits)`, float32, shape `logits.shape[:-1]`."
+    import torch
     flat = logits.reshape(-1, logits.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
     for i in range(0, flat.shape[0], chunk_size): out[i:i+chunk_size] = _entropy_rows(flat[i:i+chunk_size])
     return out.reshape(logits.shape[:-1])
 
-@torch.no_grad()
 def hidden_entropy(hidden: torch.Tensor, # B x T x H final hidden states
                    head: torch.nn.Module, # the LM head mapping H -> V
                    chunk_size: int = 1024, # positions per chunk
                   ) -> torch.Tensor:
-    "Entropy of `softmax(head(hidden))` per position, without holding all logits at once."
+    "Entropy of `softmax(head(hidden))` per position, without holding all logits at once (no gradient)."
+    import torch
     flat = hidden.reshape(-1, hidden.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=hidden.device)
-    for i in range(0, flat.shape[0], chunk_size): out[i:i+chunk_size] = _entropy_rows(head(flat[i:i+chunk_size]))
+    with torch.no_grad():
+        for i in range(0, flat.shape[0], chunk_size): out[i:i+chunk_size] = _entropy_rows(head(flat[i:i+chunk_size]))
     return out.reshape(hidden.shape[:-1])
 
 # %% ../nbs/00_core.ipynb #288145bb

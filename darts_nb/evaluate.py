@@ -175,12 +175,21 @@ def judge_alpaca_eval(outputs_path: Path, # alpaca_eval model outputs (JSON)
 # %% ../nbs/12_evaluate.ipynb #e1a1b2d1
 _ENV_INFO: dict = {}
 
+def _git_hash_once() -> str|None:
+    "lm-eval's `get_git_commit_hash` without git's 'fatal: not a git repository' on the terminal (once per process)."
+    if 'git_hash' not in _ENV_INFO:
+        import subprocess
+        try: out = subprocess.run(['git', 'describe', '--always'], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError): out = None
+        _ENV_INFO['git_hash'] = out.stdout.strip() if out is not None and out.returncode == 0 else None
+    return _ENV_INFO['git_hash']
+
 def _env_info_once(storage: dict) -> None:
     "lm-eval's `add_env_info`, computed on the first call of the process and copied afterwards."
-    if not _ENV_INFO:
+    if 'pretty_env_info' not in _ENV_INFO:
         from lm_eval.loggers.utils import add_env_info
         add_env_info(_ENV_INFO)
-    storage.update(_ENV_INFO)
+    storage.update({k: v for k, v in _ENV_INFO.items() if k != 'git_hash'})
 
 # %% ../nbs/12_evaluate.ipynb #b2c623b0
 def evaluate_model(model, # an in-memory Hugging Face causal LM
@@ -215,6 +224,7 @@ def evaluate_model(model, # an in-memory Hugging Face causal LM
     bars = dlog.is_progress_bar_enabled(); dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
     import lm_eval.evaluator
     lm_eval.evaluator.add_env_info = _env_info_once
+    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         out = simple_evaluate(model=lm, tasks=list(cfgs.values()), task_manager=tm, limit=limit,
