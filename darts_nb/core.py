@@ -13,8 +13,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
            'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'atomic_path', 'atomic_write', 'write_json', 'pyplot', 'save_figure', 'in_notebook',
-           'check_choice']
+           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'pyplot',
+           'save_figure', 'in_notebook', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -185,11 +185,25 @@ def atomic_path(path: str|Path, # the final file or directory
         yield tmp
         if not (tmp.exists() or tmp.is_symlink()): raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
         if replace or not path.exists(): _swap(tmp, path)
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT): raise
-        raise OSError(e.errno, f'no space left on the device while writing {path}: nothing was written there '
-                               f'(the partial copy is removed); free some space and run again') from e
+    except Exception as e:
+        if not is_disk_full(e): raise
+        raise no_space_error(path) from e
     finally: _rmtree(tmp)
+
+def is_disk_full(e: BaseException # an exception, with its causes
+                ) -> bool:
+    "True when `e` (or what caused it) is a full disk or quota: errno ENOSPC / EDQUOT, or safetensors' 'No space left on device'."
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e) or 'os error 28' in str(e): return True
+        seen.add(id(e)); e = e.__cause__ or e.__context__
+    return False
+
+def no_space_error(path: str|Path # what was being written
+                  ) -> OSError:
+    "The one clear error for a full disk while writing `path`."
+    return OSError(errno.ENOSPC, f'no space left on the device while writing {path}: nothing was written there '
+                                 f'(the partial copy is removed); free some space and run again')
 
 def atomic_write(path: str|Path, # the file to write
                  data: str|bytes, # its whole content

@@ -6,14 +6,15 @@ Docs: https://darts-nb.github.io/darts_nb/hub.html.md"""
 
 # %% ../nbs/02a_hub.ipynb #a7b10c03
 from __future__ import annotations
-import fnmatch, json, os, re, urllib.request
+import errno, fnmatch, json, os, re, urllib.request
 from pathlib import Path
 from .core import darts_home, atomic_write
 
 # %% auto #0
-__all__ = ['PAPER_MODELS', 'PAPER_DATASETS', 'ALPACA_REFERENCE', 'MODEL_FILES', 'is_hub_id', 'hub_cache', 'NotFetched',
-           'resolve_models', 'resolve_model', 'dataset_file', 'alpaca_reference_path', 'weight_files', 'fetch_plan',
-           'plan_summary', 'fetch']
+__all__ = ['PAPER_MODELS', 'PAPER_DATASETS', 'ALPACA_REFERENCE', 'MODEL_FILES', 'CHECKPOINT_JSON', 'is_hub_id', 'hub_cache',
+           'CorruptFile', 'read_json', 'check_safetensors', 'check_checkpoint_files', 'NotFetched', 'resolve_models',
+           'resolve_model', 'dataset_file', 'alpaca_reference_path', 'weight_files', 'fetch_plan', 'plan_summary',
+           'fetch']
 
 # %% ../nbs/02a_hub.ipynb #a7b10c06
 PAPER_MODELS = {  # the paper's base and fine-tunes (section 4.1), in one place
@@ -43,6 +44,71 @@ def hub_cache() -> Path:
     if os.environ.get('HF_HUB_CACHE'): return Path(os.environ['HF_HUB_CACHE']).expanduser()
     return Path(os.environ.get('HF_HOME', '~/.cache/huggingface')).expanduser()/'hub'
 
+# %% ../nbs/02a_hub.ipynb #c0a1f002
+class CorruptFile(ValueError):
+    "A file that exists but cannot be read as what it should be (truncated, garbled); the message names the file and what is wrong."
+
+CHECKPOINT_JSON = ('config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json',
+                   'special_tokens_map.json', 'added_tokens.json', 'model.safetensors.index.json')
+
+def read_json(path: str|Path # a JSON file
+             ):
+    "The parsed content of a JSON file; `CorruptFile` naming the file when it is not UTF-8 JSON."
+    p = Path(path)
+    try: return json.loads(p.read_bytes().decode('utf-8'))
+    except UnicodeDecodeError as e:
+        raise CorruptFile(f"{p} is not UTF-8 text (bad byte at offset {e.start}): expected JSON; the file is damaged, replace it") from None
+    except json.JSONDecodeError as e:
+        raise CorruptFile(f"{p} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the file is truncated or damaged, replace it") from None
+
+def _header_entries(p: Path, header) -> dict:
+    "Tensor name -> (dtype, shape, data_offsets) entries of a parsed safetensors header, checked for form."
+    if not isinstance(header, dict): raise CorruptFile(f"{p} has a safetensors header that is not a JSON object: the file is damaged")
+    out = {k: v for k, v in header.items() if k != '__metadata__'}
+    for k, v in out.items():
+        ok = isinstance(v, dict) and isinstance(v.get('shape'), list) and isinstance(v.get('data_offsets'), list) and len(v['data_offsets']) == 2
+        if not ok or not all(isinstance(x, int) and x >= 0 for x in v['shape'] + v['data_offsets']):
+            raise CorruptFile(f"{p}: the safetensors header entry of tensor {k!r} is malformed ({v!r}): the file is damaged")
+    return out
+
+def check_safetensors(path: str|Path # a .safetensors file
+                     ) -> dict:
+    "Tensor name -> header entry (dtype, shape, data_offsets) of a safetensors file whose data is exactly as long as its header says; else `CorruptFile`."
+    p = Path(path); size = p.stat().st_size
+    with open(p, 'rb') as f:
+        head = f.read(8)
+        if len(head) < 8: raise CorruptFile(f"{p} is truncated: {size} bytes, fewer than the 8 that hold a safetensors header's length")
+        n = int.from_bytes(head, 'little')
+        if n > size - 8: raise CorruptFile(f"{p} is truncated or not a safetensors file: its header length says {n} bytes, the file has {size - 8} after it")
+        raw = f.read(n)
+    try: entries = _header_entries(p, json.loads(raw.decode('utf-8')))
+    except (UnicodeDecodeError, json.JSONDecodeError): raise CorruptFile(f"{p} has an unreadable safetensors header (not UTF-8 JSON): the file is damaged") from None
+    need, have = max((v['data_offsets'][1] for v in entries.values()), default=0), size - 8 - n
+    if have != need: raise CorruptFile(f"{p} is {'truncated' if have < need else 'damaged'}: its header describes {need} bytes of tensor data, the file holds {have}")
+    return entries
+
+def _weight_map(index: Path) -> dict:
+    "Tensor name -> shard file of a sharded checkpoint's index (`CorruptFile` naming the index when it has none)."
+    m = read_json(index)
+    if not isinstance(m, dict) or not isinstance(m.get('weight_map'), dict): raise CorruptFile(f"{index} has no 'weight_map' mapping: the index is damaged")
+    return m['weight_map']
+
+def check_checkpoint_files(path: str|Path # a checkpoint directory
+                          ) -> Path:
+    "The directory, once its config, JSON files, shard index and safetensors files are whole; else `CorruptFile` (or `FileNotFoundError`) naming the first file that is not."
+    p = Path(path)
+    if not p.is_dir(): raise FileNotFoundError(f"model path {p} does not exist or is not a directory")
+    if not (p/'config.json').is_file(): raise FileNotFoundError(f"model path {p} has no config.json (not a Hugging Face checkpoint)")
+    for f in CHECKPOINT_JSON:
+        d = read_json(p/f) if (p/f).exists() else None
+        if f == 'config.json' and not isinstance(d, dict): raise CorruptFile(f"{p/f} is not a JSON object: expected a model configuration")
+    headers = {f.name: check_safetensors(f) for f in sorted(p.glob('*.safetensors'))}
+    if (p/'model.safetensors.index.json').exists():
+        for k, f in _weight_map(p/'model.safetensors.index.json').items():
+            if f not in headers: raise CorruptFile(f"{p/'model.safetensors.index.json'} names shard {f} (tensor {k!r}), which is missing: the download or copy is incomplete")
+            if k not in headers[f]: raise CorruptFile(f"{p/f} lacks tensor {k!r} that {p/'model.safetensors.index.json'} puts there: the shard is damaged")
+    return p
+
 # %% ../nbs/02a_hub.ipynb #a7b10c11
 class NotFetched(FileNotFoundError):
     "Models or datasets that are not in the local hub cache."
@@ -65,7 +131,7 @@ def _is_checkpoint(p: Path) -> bool:
     "A config and weights, every shard of a sharded checkpoint included (an interrupted download is not a checkpoint)."
     if not (p/'config.json').exists(): return False
     for index in ('model.safetensors.index.json', 'pytorch_model.bin.index.json'):
-        if (p/index).exists(): return all((p/f).exists() for f in set(json.loads((p/index).read_text())['weight_map'].values()))
+        if (p/index).exists(): return all((p/f).exists() for f in set(_weight_map(p/index).values()))
     return any(p.glob('*.safetensors')) or any(p.glob('*.bin'))
 
 def resolve_models(refs: dict[str, str|Path], # role -> local path or hub id

@@ -6,20 +6,22 @@ Docs: https://darts-nb.github.io/darts_nb/merge.html.md"""
 
 # %% ../nbs/09_merge.ipynb #d810372a
 from __future__ import annotations
-import argparse, json, os, re, shutil, time
+import argparse, json, math, numbers, os, re, shutil, time
 from itertools import combinations
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, default_device, atomic_path, write_json, in_notebook
-from .zoo import check_compatible, NOTE_FIELDS
+from .core import darts_home, default_device, atomic_path, write_json, in_notebook, is_disk_full
+from .hub import CorruptFile, read_json, check_checkpoint_files
+from .zoo import check_compatible, tensor_shapes, NOTE_FIELDS
 
 # %% auto #0
 __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES_DENSITIES', 'TIES_ASYM', 'DARE_METHODS',
            'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'FAMILY_NAMES', 'TOKENIZER_FILES',
-           'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings',
-           'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths', 'validate_config',
-           'check_models', 'is_finished', 'run_merges', 'best_per_method', 'main']
+           'MODEL_ENTRY', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
+           'linear_weightings', 'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths',
+           'check_model_list', 'check_parameters', 'validate_config', 'check_models', 'check_merge_output',
+           'unfinished_reason', 'is_finished', 'run_merges', 'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -111,7 +113,7 @@ def sweep_configs(base: str|Path, # the base model's directory
 def _config(p: str|Path) -> dict:
     "A checkpoint's config.json ({} when there is none)."
     f = Path(p)/'config.json'
-    return json.loads(f.read_text()) if f.exists() else {}
+    return read_json(f) if f.exists() else {}
 
 def with_base_tokenizer(cfgs: dict[str, dict], # name -> mergekit configuration, changed in place
                         base: str|Path, # the base model's directory
@@ -158,20 +160,65 @@ def config_paths(cfg: dict) -> list[str]:
     ps = ([cfg['base_model']] if cfg.get('base_model') else []) + [m['model'] for m in cfg.get('models') or []]
     return list(dict.fromkeys(str(p) for p in ps))
 
+def _method_specs() -> dict:
+    "mergekit's merge methods: name -> spec (its parameters and their types)."
+    from mergekit.merge_methods import registry
+    return {m.spec.name: m.spec for m in registry.registered_methods() if getattr(m, 'spec', None)}
+
+MODEL_ENTRY = "{'model': '/abs/path/to/expert', 'parameters': {'weight': 0.5}}"  # one entry of a configuration's `models`
+
+def check_model_list(name: str, # the configuration's name, for the messages
+                     cfg: dict, # a mergekit configuration dict
+                    ) -> list[dict]:
+    "The configuration's `models`, if a non-empty list of mergekit entries (`MODEL_ENTRY`); else a ValueError naming the merge and the entry."
+    ms = cfg.get('models')
+    if not ms: raise ValueError(f"config {name!r}: 'models' is missing or empty")
+    if not isinstance(ms, list): raise ValueError(f"config {name!r}: models is {type(ms).__name__} {ms!r}: expected a list of entries like {MODEL_ENTRY}")
+    for i, m in enumerate(ms):
+        if not isinstance(m, dict) or not isinstance(m.get('model'), str):
+            raise ValueError(f"config {name!r}: models[{i}] is {m!r}: expected a mapping like {MODEL_ENTRY}" + (' (mergekit does not take a bare path)' if isinstance(m, str) else ''))
+    b = cfg.get('base_model')
+    if b is not None and not isinstance(b, str): raise ValueError(f"config {name!r}: base_model is {b!r}: expected a path (a string)")
+    return ms
+
+def _values(v) -> list:
+    "The plain values of a mergekit parameter: one value, a gradient (a list), or conditional entries ({filter, value})."
+    if isinstance(v, list): return [x for e in v for x in _values(e['value'] if isinstance(e, dict) and 'value' in e else e)]
+    return [v]
+
+def check_parameters(name: str, # the configuration's name, for the messages
+                     method: str, # its merge_method (a mergekit method)
+                     params, # a `parameters` mapping: the configuration's, or one model's (None: none)
+                     where: str = 'parameters', # where it sits, for the messages: 'parameters' or 'models[1].parameters'
+                    ) -> None:
+    "Raise a ValueError naming the merge, the key and the value for a parameter `method` does not take, a number that is not finite, a flag that is not a bool, or a density outside (0, 1]."
+    if params is None: return
+    spec = {p.name: p for p in _method_specs()[method].parameters}
+    if not isinstance(params, dict): raise ValueError(f"config {name!r}: {where} is {params!r}: expected a mapping parameter -> value")
+    for k, v in params.items():
+        if k not in spec: raise ValueError(f"config {name!r}: {where}.{k} is not a parameter of merge_method {method!r} (expected one of {sorted(spec)})")
+        flag, optional = spec[k].value_type is bool, type(None) in getattr(spec[k].value_type, '__args__', ())
+        for x in _values(v):
+            if flag and not isinstance(x, bool): raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected true or false")
+            if flag or (x is None and optional): continue
+            if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+                raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected a finite number")
+            if k == 'density' and not 0 < x <= 1: raise ValueError(f"config {name!r}: {where}.density = {x!r}: expected a number in (0, 1]")
+
 def validate_config(name: str, # the configuration's name (it becomes a directory name)
                     cfg: dict, # a mergekit configuration dict
                    ) -> 'MergeConfiguration':
-    "Check a configuration's name, method, paths and form; returns mergekit's validated `MergeConfiguration`."
+    "Check a configuration's name, method, models list, parameters, paths and form; returns mergekit's validated `MergeConfiguration`."
     from mergekit.config import MergeConfiguration
-    from mergekit.merge_methods import registry
     if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._+-]*', str(name)):
         raise ValueError(f"config name {name!r} is not a safe directory name (letters, digits, . _ + - only)")
     if not isinstance(cfg, dict): raise TypeError(f"config {name!r}: expected a dict, got {type(cfg).__name__}")
-    methods = sorted(getattr(m, 'spec', None) and m.spec.name for m in registry.registered_methods())
+    methods = sorted(_method_specs())
     m = cfg.get('merge_method')
     if m not in methods:
         raise ValueError(f"config {name!r}: merge_method={m!r} is not a mergekit method; expected one of {methods}")
-    if not cfg.get('models'): raise ValueError(f"config {name!r}: 'models' is missing or empty")
+    check_parameters(name, m, cfg.get('parameters'))
+    for i, e in enumerate(check_model_list(name, cfg)): check_parameters(name, m, e.get('parameters'), f'models[{i}].parameters')
     for p in config_paths(cfg):
         if not Path(p).is_absolute():
             raise ValueError(f"config {name!r}: model path {p!r} is relative; mergekit would take it for a hub id (use an absolute path)")
@@ -202,11 +249,45 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
         if (src/f).exists(): shutil.copy2(src/f, dst/f)
 
 # %% ../nbs/09_merge.ipynb #8755947b
+def _check_finite(path: Path) -> None:
+    "Raise a ValueError naming the file and tensor when a floating tensor of `path` holds NaN or inf (one tensor in memory at a time)."
+    from safetensors import safe_open
+    for f in sorted(path.glob('*.safetensors')):
+        with safe_open(str(f), framework='pt') as sf:
+            for k in sf.keys():
+                t = sf.get_tensor(k)
+                if t.is_floating_point() and not torch.isfinite(t).all():
+                    raise ValueError(f"{f}: tensor {k} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s) of {t.numel()}: the merge is not "
+                                     f"usable (weights that cancel under normalisation, or an input model that holds NaN/inf)")
+
+def check_merge_output(path: str|Path, # a merge's directory (finished or being written)
+                       reference: str|Path, # the checkpoint whose tensors it must have (the configuration's base or first model)
+                       finite: bool = True, # also read every tensor and refuse NaN/inf (reads the merged weights once)
+                      ) -> Path:
+    "`path` if it holds a whole merge: files whole, every tensor of `reference`, and (with `finite`) no NaN/inf; else a ValueError naming the file or tensor."
+    path = check_checkpoint_files(Path(path))
+    got = tensor_shapes(path)
+    if not got: raise ValueError(f"{path} holds no safetensors weights: the merge wrote nothing")
+    if lost := sorted(set(tensor_shapes(reference)) - set(got)): raise ValueError(f"{path} lacks {len(lost)} tensor(s) of {reference}, e.g. {lost[:3]}: the merge is incomplete")
+    if finite: _check_finite(path)
+    return path
+
+def unfinished_reason(path: Path # a merge directory
+                     ) -> str|None:
+    "None for a finished merge directory (whole weights, config.json, merge.yaml); else what is missing or damaged (headers and sizes only: cheap)."
+    import yaml
+    path = Path(path)
+    if not path.is_dir(): return f'{path} is not a directory'
+    if missing := [f for f in ('merge.yaml', 'config.json') if not (path/f).is_file()]: return f"{', '.join(missing)} missing"
+    if not any(path.glob('*.safetensors')): return 'no safetensors weights'
+    try: check_checkpoint_files(path); ok = isinstance(yaml.safe_load((path/'merge.yaml').read_bytes().decode('utf-8')), dict)
+    except (ValueError, UnicodeDecodeError, yaml.YAMLError) as e: return str(e) if isinstance(e, CorruptFile) else f"{path/'merge.yaml'} is damaged ({type(e).__name__})"
+    return None if ok else f"{path/'merge.yaml'} is not a mapping"
+
 def is_finished(path: Path # a merge directory
                ) -> bool:
-    "A finished merge directory: merged weights, config.json and merge.yaml."
-    path = Path(path)
-    return path.is_dir() and (path/'merge.yaml').exists() and (path/'config.json').exists() and any(path.glob('*.safetensors'))
+    "A finished merge directory: whole merged weights, config.json and merge.yaml (see `unfinished_reason`)."
+    return unfinished_reason(path) is None
 
 def _same_config(path: Path, cfg: dict) -> bool:
     import yaml
@@ -229,38 +310,49 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
                seed: int = 0, # torch / mergekit seed set before each merge (DARE masks)
                progress: bool = True, # show a tqdm bar
               ) -> 'pd.DataFrame':
-    "Run the merges that are not finished yet; returns a table (name, status, seconds, error)."
+    "Run the merges that are not finished yet (each checked whole and finite before it counts); returns a table (name, status, seconds, error). A full disk stops the sweep with an OSError."
     import pandas as pd, yaml
-    out_dir = Path(out_dir).expanduser().absolute(); out_dir.mkdir(parents=True, exist_ok=True)
-    dev = str(default_device(device))
     if not isinstance(configs, dict): raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
     parsed = {n: validate_config(n, c) for n, c in configs.items()}
     for ps in {tuple(config_paths(c)) for c in configs.values()}: check_models(list(ps))
+    out_dir = Path(out_dir).expanduser().absolute(); out_dir.mkdir(parents=True, exist_ok=True)
+    dev = str(default_device(device))
     _clean_stale(out_dir)
-    fail_path = out_dir/'_failures.json'
-    failures = json.loads(fail_path.read_text()) if fail_path.exists() else {}
+    failures = _read_failures(out_dir/'_failures.json')
     rows, n = [], dict(done=0, skipped=0, failed=0)
     bar = tqdm(configs.items(), desc='merge', disable=not progress)
     for name, cfg in bar:
         final, t0, err = out_dir/name, time.time(), None
         if final.exists():
-            if is_finished(final) and _same_config(final, cfg): status = 'skipped'
-            else: status, err = 'failed', f"{final} exists but is not a finished merge of this configuration; delete it to redo"
+            why = unfinished_reason(final) or (None if _same_config(final, cfg) else 'its merge.yaml is another configuration')
+            if why is None: status = 'skipped'
+            else: status, err = 'failed', f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
         else:
             try:
                 with atomic_path(final, replace=False) as tmp:
                     tmp.mkdir()
                     _merge_one(parsed[name], tmp, dev, seed)
+                    check_merge_output(tmp, config_paths(cfg)[0])
                     _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
                     (tmp/'merge.yaml').write_text(yaml.safe_dump(json.loads(json.dumps(cfg)), sort_keys=False))
                 status = 'done'
-            except Exception as e: status, err = 'failed', f"{type(e).__name__}: {e}"
+            except Exception as e:
+                if is_disk_full(e): raise  # core.atomic_path's clear error, naming the merge: the sweep stops
+                status, err = 'failed', f"{type(e).__name__}: {e}"
         if status == 'failed': failures[name] = dict(error=err, config=cfg)
         elif name in failures: del failures[name]
         n[status] += 1; bar.set_postfix(n)
         rows.append(dict(name=name, status=status, seconds=round(time.time() - t0, 2), error=err))
-    if failures or fail_path.exists(): write_json(fail_path, failures)
+    if failures or (out_dir/'_failures.json').exists(): write_json(out_dir/'_failures.json', failures)
     return pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
+
+def _read_failures(path: Path) -> dict:
+    "The record of failed merges (name -> error, config); {} when there is none; a clear error naming a damaged one."
+    if not path.exists(): return {}
+    try: d = read_json(path)
+    except (CorruptFile, OSError) as e: raise CorruptFile(f"{e} (it only records failed merges: delete it and run again)") from None
+    if not isinstance(d, dict): raise CorruptFile(f"{path} is not a JSON object name -> failure (it only records failed merges: delete it and run again)")
+    return d
 
 # %% ../nbs/09_merge.ipynb #7e0106d0
 def best_per_method(results: 'pd.DataFrame' # columns config, domain, score (one row per pair)

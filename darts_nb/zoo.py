@@ -6,20 +6,21 @@ Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
 # %% ../nbs/03_zoo.ipynb #9df22916
 from __future__ import annotations
-import json, math, random, shutil, time
+import json, math, random, re, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
-from .hub import PAPER_MODELS, resolve_models, is_hub_id
+from .hub import PAPER_MODELS, resolve_models, is_hub_id, CorruptFile, read_json, check_safetensors, check_checkpoint_files
 
 # %% auto #0
-__all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'ZooSpec', 'zoo_spec', 'zoo_dir',
-           'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm',
-           'build_zoo', 'load_model', 'tensor_shapes', 'check_vocab', 'check_compatible', 'generate_completions',
-           'score_model', 'zoo_table', 'Profile', 'profile_refs', 'get_profile', 'main']
+__all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'PROFILE_KEYS',
+           'PROFILE_EXAMPLE', 'ZooSpec', 'zoo_spec', 'zoo_dir', 'corpus', 'train_tokenizer', 'fragment',
+           'base_documents', 'expert_documents', 'pack', 'train_lm', 'build_zoo', 'load_model', 'tensor_shapes',
+           'check_vocab', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table', 'Profile',
+           'check_profile', 'profile_refs', 'get_profile', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -163,20 +164,22 @@ def _new_model(spec: ZooSpec, tok, seed: int):
     return LlamaForCausalLM(cfg)
 
 def _save(model, tok, path: Path, meta: dict) -> Path:
-    "Write a checkpoint atomically (a finished one that another process wrote first is kept)."
+    "Write a checkpoint atomically (a finished one that another process wrote first is kept); a full disk is an OSError naming `path`, nothing left."
     with atomic_path(path, replace=False) as tmp:
         model.save_pretrained(tmp, safe_serialization=True); tok.save_pretrained(tmp)
         write_json(tmp/'zoo.json', meta)
     return path
 
+ZOO_FILES = ('zoo.json', 'config.json', 'model.safetensors', 'tokenizer.json')  # what `_save` writes, at least
+
 def _is_complete(path: Path, key: str) -> bool:
-    "A model directory finished by a build of recipe `key`; a foreign or damaged one is an error."
+    "A model directory finished by a build of recipe `key`, every file whole; a foreign, incomplete or damaged one is an error naming the file."
     if not path.exists(): return False
-    meta = path/'zoo.json'
-    if not meta.exists() or not (path/'model.safetensors').exists() or not (path/'config.json').exists():
-        raise ValueError(f"{path} exists but is not a complete zoo model (missing zoo.json, config.json or "
-                         f"model.safetensors); delete it and build again")
-    got = json.loads(meta.read_text()).get('key')
+    missing = [f for f in ZOO_FILES if not (path/f).is_file()]
+    if missing: raise ValueError(f"{path} exists but is not a complete zoo model (missing {', '.join(missing)}); delete it and build again")
+    try: check_checkpoint_files(path); meta = read_json(path/'zoo.json')
+    except CorruptFile as e: raise CorruptFile(f"{e}. {path} is a damaged zoo model: delete it and build again") from None
+    got = meta.get('key') if isinstance(meta, dict) else None
     if got != key: raise ValueError(f"{path} was built by another recipe (key {got}, expected {key}); delete it or use another DARTS_HOME")
     return True
 
@@ -220,6 +223,7 @@ def load_model(path: str|Path, # a local checkpoint directory
     path = Path(path).expanduser().absolute()
     if not path.is_dir(): raise FileNotFoundError(f"model path {path} does not exist or is not a directory")
     if not (path/'config.json').exists(): raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face checkpoint")
+    check_checkpoint_files(path)
     dev = default_device(device)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(dev), local_files_only=True)
@@ -237,19 +241,15 @@ VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')  # their rows may grow
 
 def tensor_shapes(path: str|Path # a checkpoint directory
                  ) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read); {} without safetensors."
-    from safetensors import safe_open
-    out = {}
-    for f in sorted(Path(path).glob('*.safetensors')):
-        with safe_open(str(f), framework='pt') as sf:
-            for k in sf.keys(): out[k] = tuple(sf.get_slice(k).get_shape())
-    return out
+    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read; `hub.CorruptFile` for a damaged file); {} without safetensors."
+    return {k: tuple(v['shape']) for f in sorted(Path(path).glob('*.safetensors')) for k, v in check_safetensors(f).items()}
 
 def _vocab(path: Path) -> dict|None:
     "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
     if not any((path/f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')): return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
+    try: return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
+    except Exception as e: raise ValueError(f"could not read the tokenizer of {path}: {type(e).__name__}: {e}") from e
 
 def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
     "Same tensors and shapes, except more rows in the vocabulary tensors."
@@ -274,16 +274,15 @@ def check_vocab(rv: dict, # the reference vocabulary (token -> id)
 
 def check_compatible(paths: dict[str, str|Path]|list[str|Path], # role -> local checkpoint, or a list; the first is the reference
                     ) -> list[str]:
-    "Raise a ValueError naming the checkpoint and the config field, tensor or token that conflicts with the first; return (and warn) notes on tolerated differences."
+    "Raise a ValueError naming the checkpoint and the config field, tensor or token that conflicts with the first (`hub.CorruptFile` naming a damaged file); return (and warn) notes on tolerated differences."
     import warnings
     items = [(str(n), Path(p)) for n, p in (paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths))]
-    for _, p in items:
-        if not (p/'config.json').exists(): raise FileNotFoundError(f"model path {p} has no config.json (missing or not a checkpoint)")
+    for _, p in items: check_checkpoint_files(p)
     who = lambda n, p: str(p) if n == str(p) else f'{n} ({p})'
     (rn, ref), rest = items[0], items[1:]
-    rc, rt, rv, notes = json.loads((ref/'config.json').read_text()), tensor_shapes(ref), _vocab(ref), []
+    rc, rt, rv, notes = read_json(ref/'config.json'), tensor_shapes(ref), _vocab(ref), []
     for n, p in rest:
-        c, a, b = json.loads((p/'config.json').read_text()), who(n, p), who(rn, ref)
+        c, a, b = read_json(p/'config.json'), who(n, p), who(rn, ref)
         for f in ARCH_FIELDS:
             if rc.get(f) != c.get(f): raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
         if (c.get('vocab_size') or 0) < (rc.get('vocab_size') or 0):
@@ -356,20 +355,59 @@ class Profile:
     def paths(self) -> dict: return {'base': self.base, **self.experts}
 
 # %% ../nbs/03_zoo.ipynb #d200cb03
+PROFILE_KEYS = ('base', 'experts', 'eval', 'name')
+PROFILE_EXAMPLE = ("base: /abs/path/to/base          # or a hub id, e.g. meta-llama/Llama-2-7b-hf\n"
+                   "experts:                         # domain -> path or hub id\n"
+                   "  code: /abs/path/to/code\n  math: /abs/path/to/math\n  instruct: /abs/path/to/instruct")
+_SAFE_NAME = r'[A-Za-z0-9][A-Za-z0-9._+-]*'
+
+def _read_profile_file(p: Path):
+    "The parsed YAML (or JSON) of a profile file; a ValueError naming the file, and where, when it does not parse."
+    import yaml
+    if not p.exists(): raise FileNotFoundError(f"profile file {p} does not exist")
+    if not p.is_file(): raise ValueError(f"profile file {p}: not a file; a profile is a YAML file like\n{PROFILE_EXAMPLE}")
+    try: return yaml.safe_load(p.read_bytes().decode('utf-8'))
+    except UnicodeDecodeError as e: raise ValueError(f"profile file {p}: not UTF-8 text (bad byte at offset {e.start}); a profile looks like\n{PROFILE_EXAMPLE}") from None
+    except yaml.YAMLError as e:
+        m = getattr(e, 'problem_mark', None); at = f" at line {m.line + 1}, column {m.column + 1}" if m else ''
+        raise ValueError(f"profile file {p}: not valid YAML{at} ({getattr(e, 'problem', None) or e}); a profile looks like\n{PROFILE_EXAMPLE}") from None
+
+def _shown(v) -> str: return 'nothing (empty)' if v is None else f"{type(v).__name__} {v!r}"[:100]
+
+def check_profile(d, # a parsed profile: a mapping with 'base' and 'experts'
+                  where: str = 'profile', # names it in the messages (e.g. the YAML file)
+                 ) -> dict:
+    "`d` if it is a profile mapping: 'base' a path or hub id, 'experts' a mapping domain -> path or hub id, optional 'eval' and 'name'; else a ValueError that shows a valid one."
+    def bad(what): return ValueError(f"{where}: {what}; a profile looks like\n{PROFILE_EXAMPLE}")
+    if not isinstance(d, dict): raise bad(f"expected a mapping with keys 'base' and 'experts', got {_shown(d)}")
+    if unknown := [k for k in d if k not in PROFILE_KEYS]: raise bad(f"unknown key(s) {unknown}: expected {list(PROFILE_KEYS)}")
+    if missing := [k for k in ('base', 'experts') if k not in d]: raise bad(f"lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
+    if not isinstance(d['base'], (str, Path)) or not str(d['base']).strip(): raise bad(f"base is {_shown(d['base'])}: expected a path or hub id")
+    ex = d['experts']
+    if not isinstance(ex, dict): raise bad(f"experts is {_shown(ex)}: expected a mapping domain -> path or hub id" + (', not a list' if isinstance(ex, list) else ''))
+    for k, v in ex.items():
+        if k not in DOMAINS: raise bad(f"experts has domain {k!r}: expected domains among {list(DOMAINS)}")
+        if not isinstance(v, (str, Path)) or not str(v).strip(): raise bad(f"experts.{k} is {_shown(v)}: expected a path or hub id")
+    if d.get('eval', 'paper') not in ('paper', 'toy'): raise bad(f"eval is {_shown(d['eval'])}: expected 'paper' or 'toy'")
+    if 'name' in d and not re.fullmatch(_SAFE_NAME, str(d['name'])): raise bad(f"name is {_shown(d['name'])}: expected a plain directory name (letters, digits, . _ + -)")
+    return d
+
+def _file_profile_name(p: Path, d: dict) -> str:
+    "A YAML profile's name: its 'name', else the file's stem made a plain directory name, else a hash of its content."
+    if 'name' in d: return str(d['name'])
+    stem = re.sub(r'[^A-Za-z0-9._+-]+', '-', p.stem).strip('.-_+')
+    return stem if re.fullmatch(_SAFE_NAME, stem) else f'profile-{stable_hash(d, 8)}'
+
 def profile_refs(profile: str|dict|Path # 'llama2-7b', a dict, or a YAML path
                 ) -> tuple[str, dict, str]:
-    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved."
-    if isinstance(profile, dict): name, d = 'custom', profile
+    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved; a clear error for a malformed one."
+    if isinstance(profile, dict): d = check_profile(profile, 'profile dict'); name = str(d.get('name', 'custom'))
     elif str(profile) == 'llama2-7b': name, d = 'llama2-7b', dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'})
     else:
         p = Path(profile).expanduser()
         if p.suffix not in ('.yaml', '.yml', '.json'):
             raise ValueError(f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file")
-        if not p.exists(): raise FileNotFoundError(f"profile file {p} does not exist")
-        import yaml
-        name, d = p.stem, yaml.safe_load(p.read_text()) or {}
-    missing = [k for k in ('base', 'experts') if k not in d]
-    if missing: raise ValueError(f"profile {name!r} lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
+        d = check_profile(_read_profile_file(p), f'profile file {p}'); name = _file_profile_name(p, d)
     return name, {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}, d.get('eval', 'paper')
 
 def get_profile(profile: str|dict|Path = 'toy', # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
