@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/cli.html.md"""
 
 # %% ../nbs/22_cli.ipynb #7ce2d600
 from __future__ import annotations
-import argparse, os, sys, time
+import argparse, errno, os, sys, time
 
 # %% auto #0
 __all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
@@ -150,18 +150,20 @@ def surgery_summary(run, # the run
     from darts_nb.runs import NONE
     from darts_nb.results import arm_key, paired_diff
     b, c = base.set_index('metric'), after.set_index('metric')
-    lines = [f'{domain} on {merge}, {int(c["n"].iloc[0])} items:'] + [
+    lines = [f'{domain} on {merge}:'] + [
         f'  {m:<12} no surgery {_with_se(b.at[m, "value"], b.at[m, "stderr"]):>14}   {arm.label} {_with_se(c.at[m, "value"], c.at[m, "stderr"]):>14}'
-        for m in c.index if m in b.index]
+        f'   (n={int(c.at[m, "n"])})' for m in c.index if m in b.index]
     try: d = paired_diff(run, [(arm_key(merge, arm), arm_key(merge, NONE))], domains=[domain])
     except (KeyError, ValueError) as e: return '\n'.join(lines + [f'  (no paired difference: {e})'])
     return '\n'.join(lines + [f"  difference (with - without, paired over {d['n']} items): {d['diff']:+.3g}, 95% CI [{d['lo']:+.3g}, {d['hi']:+.3g}]"])
 
 def cmd_surgery(a, ap):
     "darts surgery: one arm on one (merge, domain), beside the merge without surgery."
-    from darts_nb.runs import Arm, NONE, make_run, run_arm, run_dir, stage_merges
+    from darts_nb.runs import Arm, NONE, make_run, open_run, run_arm, run_dir, stage_merges
     _positive(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
-    run = make_run(a.profile, a.name, eval_limit=a.eval_limit, device=a.device)
+    old = open_run(a.name) if (run_dir(a.name)/'run.json').exists() else None   # into an existing run: its settings
+    run = make_run(a.profile, a.name, old.quick if old else False, a.eval_limit if a.eval_limit is not None or not old else old.eval_limit,
+                   device=a.device)
     stage_merges(run, [a.merge])
     arm = Arm(a.kind, a.loss, a.rank, a.lr, a.iters, 50, a.seed)
     base, after = run_arm(run, a.merge, a.domain, NONE), run_arm(run, a.merge, a.domain, arm)
@@ -251,6 +253,9 @@ def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
         COMMANDS[a.cmd](a, ap)
     except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT): raise
+        print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2   # a full disk: said once, nothing half-written
     finally: sys.stderr = err_stream
     return 0
 

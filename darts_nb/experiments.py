@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/experiments.html.md"""
 
 # %% ../nbs/21_experiments.ipynb #5f5b8315
 from __future__ import annotations
-import json, time
+import json, sys, time
 from .core import write_json
 from .runs import Run, make_run
 from .report import Experiment, Section, write_report
@@ -43,11 +43,26 @@ def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
         bad = [n for n in only if n not in EXPERIMENTS]
         if bad: raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
     run = make_run(profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges)
+    if only is not None: _check_applies(run, only)
     if only is None and quick: only = list(QUICK_EXPERIMENTS)
     try: _run_records(run, only)
+    except Exception:
+        if report: _report_anyway(run)  # what the run has, then the error: the exit status says it failed
+        raise
     finally: run.close()
     if report: print(f'report: {write_report(run, EXPERIMENTS)}')
     return run
+
+def _check_applies(run: Run, only: list[str]) -> None:
+    "Refuse experiments asked for by name that do not apply to the run's tasks (they would be skipped, and the run look successful)."
+    bad = [n for n in only if run.eval_profile not in EXPERIMENTS[n].profiles]
+    if bad: raise ValueError(f"only={bad}: {'it applies' if len(bad) == 1 else 'they apply'} to {', '.join(EXPERIMENTS[bad[0]].profiles)} tasks, "
+                             f"not to the {run.eval_profile!r} tasks of profile {run.profile.name!r}; leave {'it' if len(bad) == 1 else 'them'} out")
+
+def _report_anyway(run: Run) -> None:
+    "Write the report of what a failed run has (a second error while writing it is printed, and the first one raised)."
+    try: print(f'report of what the run has: {write_report(run, EXPERIMENTS)}')
+    except Exception as e: print(f'report not written: {type(e).__name__}: {e}', file=sys.stderr)
 
 def _run_records(run: Run, only: list[str]|None) -> None:
     "Run the records (all, or `only`) in registry order, timing each and printing its tables and claims."

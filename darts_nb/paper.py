@@ -14,9 +14,8 @@ from .core import atomic_write, pyplot, save_figure
 from .domains import DOMAINS
 from .merge import FAMILY_NAMES, is_finished
 from .runs import (Run, NONE, STANDARD_L1, DARTS, PAPER_SEEDS, task_rows, stage_experts, experts_table, stage_sweep,
-                           sweep_table, best_merges, merges_dir, domain_cache, calib_texts, arms_over, stage_merges)
+                           sweep_table, best_merges, merges_dir, domain_cache, calib_texts, arms_over, stage_merges, recorded_items)
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
-from .store import load_items
 from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test
 from .report import Experiment, Section, Table, claim, ci, paper_rows
 
@@ -137,7 +136,7 @@ def rho_ci(run: Run, # the run
            arm=DARTS, # the arm
           ) -> dict:
     "The arm's held-out rho_L1 (%) with its interval over the held-out prompts: est, lo, hi, n."
-    its = load_items(run.dir, merge_config=merge, domain=domain, **arm.key())
+    its = recorded_items(run, merge_config=merge, domain=domain, **arm.key())  # items computed from this run's inputs only
     w = its[its.metric.isin(['l1_before', 'l1_after'])].pivot_table(index='item', columns='metric', values='value')
     if w.empty: return dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
     return {k: 100 * v if k != 'n' else v for k, v in reduction_ci(w['l1_before'], w['l1_after']).items()}

@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/report.html.md"""
 
 # %% ../nbs/17_report.ipynb #a0b1c2d2
 from __future__ import annotations
-import json, platform, time
+import json, platform, sys, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable
@@ -16,7 +16,8 @@ from .core import atomic_write
 from .stats import VERDICTS
 from .domains import DOMAINS
 from .merge import QUICK
-from .runs import Run, DARTS, PAPER_SEEDS
+from .runs import Run, DARTS, PAPER_SEEDS, recorded
+from .store import StoreError
 
 # %% auto #0
 __all__ = ['PAPER_COLUMNS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
@@ -193,10 +194,7 @@ def unjudged_lines(run: Run # the run
                   ) -> list[str]:
     "On the paper profile without a judge: one line saying that AlpacaEval is not judged and where its outputs are."
     if run.eval_profile != 'paper' or not (run.dir/'alpaca_eval').exists(): return []
-    from darts_nb.store import load_results
-    try: df = load_results(run.dir)
-    except FileNotFoundError: return []
-    if ((df.domain == 'instruct') & (df.metric == 'win_rate')).any(): return []
+    if len(recorded(run, domain='instruct', metric='win_rate')): return []
     return [f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
             f"format, are in `{run.dir/'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."]
 
@@ -205,17 +203,30 @@ def _tally(claims: list[str]) -> str:
     n = {v: sum(f'**{v}**' in c for c in claims) for v in VERDICTS}
     return ', '.join(f'{k} {v.lower()}' for v, k in n.items() if k) or 'none measured'
 
+def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section|None, str|None]:
+    "(the record's section, None) or (None, the one line that says why it has none: not run, not applicable, or its data are partial)."
+    what = f'- `{exp.name}` ({exp.title}): '
+    if run.eval_profile not in exp.profiles: return None, what + f'does not apply to the `{run.eval_profile}` tasks.'
+    try: sec = exp.section(run, figs)
+    except (StoreError, OSError): raise  # an unreadable store or a full disk is not a partial run
+    except Exception as e:
+        print(f'report: the {exp.name!r} section was not made from this run\'s data: {type(e).__name__}: {e}', file=sys.stderr)
+        return None, what + f'not made from the partial data of this run ({type(e).__name__}: {e}).'
+    if sec is None: return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
+    return sec, None
+
 def write_report(run: Run, # the run
                  experiments: dict, # name -> `Experiment` (experiments.EXPERIMENTS)
                 ) -> Path:
-    "Write runs/<name>/report.md and report.html from the run's store, caches and files."
+    "Write runs/<name>/report.md and report.html from the run's store, caches and files, section by section."
     figs = run.dir/'figures'; figs.mkdir(parents=True, exist_ok=True)
-    body, claims, core, top = [], [], [], []
+    body, claims, core, top, missing = [], [], [], [], []
     for exp in experiments.values():
-        sec = exp.section(run, figs)
-        if sec is None: continue
+        sec, why = _section(exp, run, figs)
+        if sec is None: missing.append(why); continue
         body += render_section(exp.heading, sec, run.dir, PAPER_COLUMNS if run.eval_profile == 'paper' else None)
         claims += sec.claims; core += sec.core; top += sec.top
+    if missing: body += ['## Not measured in this run', '', *missing, '']
     top += unjudged_lines(run)
     head = [f'# DARTS run `{run.name}`', '',
             f'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; HE = HumanEval, GSM = GSM8K, '

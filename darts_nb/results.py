@@ -8,9 +8,8 @@ Docs: https://darts-nb.github.io/darts_nb/results.html.md"""
 from __future__ import annotations
 import pandas as pd
 from .domains import DOMAINS, METRICS
-from .store import load_items
 from .stats import bootstrap_stat
-from .runs import Arm, Run, recorded, task_rows
+from .runs import Arm, Run, recorded, recorded_items, task_rows
 
 # %% auto #0
 __all__ = ['arm_scores', 'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', 'arms_stat', 'paired_diff']
@@ -69,7 +68,7 @@ def items_frame(run: Run, # the run
                 domain: str, # one of DOMAINS
                ) -> pd.DataFrame:
     "Per-item task scores (%) of every key on one domain: rows the items all of them scored, a column per label."
-    cols = {l: load_items(run.dir, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean() for l, k in keys.items()}
+    cols = {l: recorded_items(run, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean() for l, k in keys.items()}
     return pd.DataFrame(cols).dropna()
 
 def _bootstrap(strata: dict, stat, **kw) -> dict:

@@ -6,31 +6,32 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import difflib, json, random, re, shutil
+import json, re, shutil
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, set_seed, write_json, stable_hash, path_fingerprint, default_device
-from .domains import DOMAINS, METRICS, CALIB_TEXTS, load_split, with_context, training_text, calibration_text, text_spans
+from .core import darts_home, set_seed, write_json, stable_hash, default_device
+from .domains import DOMAINS, METRICS, CALIB_TEXTS
+from .inputs import (models_key, run_inputs, read_run_json, check_same_inputs, check_run_args, pick_configs, calib_items,
+                             item_texts, config_by_role, source_key)
 from .zoo import get_profile, load_model, Profile
-from .merge import FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method
+from .merge import FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method, _same_config
 from .losses import LOSSES
 from .surgery import SURGERY_KINDS, make_surgery, save_surgery, surgery
 from .cache import get_or_build_cache
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
-from .store import record, load_results, load_items, RESULT_COLUMNS
+from .store import record, load_results, load_items, results_path, RESULT_COLUMNS
 from .evaluate import evaluate_model
-from .benchmarks import paper_split, paper_prompt, paper_reference
 
 # %% auto #0
-__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'models_key',
-           'make_run', 'open_run', 'recorded', 'evaluate_in_run', 'score_job', 'record_job', 'run_jobs', 'task_rows',
-           'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'stage_merges', 'score_merges', 'stage_sweep',
-           'sweep_table', 'best_merges', 'calib_items', 'calib_texts', 'domain_cache', 'run_arm', 'arm_job',
-           'sweep_scores', 'arms_over']
+__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'make_run',
+           'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run', 'score_job',
+           'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid',
+           'merge_state', 'need_merge', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges',
+           'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'sweep_scores', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #bfe31add
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ class Run:
     judge: str|None = None  # paper profile: the alpaca_eval annotators config that judges AlpacaEval (None: not judged)
     batch_size: int|str|None = None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
     keep_merges: bool = True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
+    content_key: str = ''  # a hash of what every row is computed from (models, tasks, eval limit, data); '' for a run made by hand
     _models: dict = field(default_factory=dict, repr=False)
     _pool: object = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
 
     @property
     def dir(self) -> Path: return run_dir(self.name)
@@ -136,23 +139,14 @@ class Run:
     def spec(self) -> dict:
         "What a worker process needs to rebuild this run (plain data)."
         return dict(name=self.name, profile=asdict(self.profile), quick=self.quick, eval_limit=self.eval_limit, device=self.device,
-                    models_key=self.models_key, judge=self.judge, batch_size=self.batch_size, keep_merges=self.keep_merges)
+                    models_key=self.models_key, judge=self.judge, batch_size=self.batch_size, keep_merges=self.keep_merges,
+                    content_key=self.content_key)
 
     def close(self):
         "Stop the run's worker processes, if any."
         if self._pool is not None: self._pool.shutdown(); self._pool = None
 
 # %% ../nbs/15_runs.ipynb #9731f433
-def models_key(profile: Profile # a resolved profile
-              ) -> str:
-    "A short hash of the profile's checkpoints as they are now (`core.path_fingerprint`; a hub id as given)."
-    return stable_hash([path_fingerprint(p) for p in profile.paths.values()], 8)
-
-def _check_run_args(name, eval_limit):
-    if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'): raise ValueError(f"name={name!r}: expected a plain directory name")
-    if eval_limit is not None and (isinstance(eval_limit, bool) or not isinstance(eval_limit, int) or eval_limit < 1):
-        raise ValueError(f"eval_limit={eval_limit!r}: expected None or an integer >= 1")
-
 def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see `zoo.get_profile`)
              name: str = 'default', # the run directory's name
              quick: bool = False, # trimmed sweep and eval sets (the demo)
@@ -163,43 +157,81 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
              batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
              keep_merges: bool = True, # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
             ) -> Run:
-    "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile."
-    _check_run_args(name, eval_limit)
-    prof = get_profile(profile)
-    key, meta = models_key(prof), run_dir(name)/'run.json'
-    if meta.exists():
-        old = json.loads(meta.read_text())
-        if old.get('profile', {}).get('name') != prof.name or old.get('models_key') != key:
-            raise ValueError(f"run {name!r} was made with other models (profile {old.get('profile', {}).get('name')!r}, models {old.get('models_key')!r}; "
-                             f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
+    "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
+    check_run_args(name, eval_limit)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1: raise ValueError(f"workers={workers!r}: expected an integer >= 1")
     if batch_size is not None and batch_size != 'auto' and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size={batch_size!r}: expected None, 'auto' or an integer >= 1")
-    run = Run(name, prof, quick, eval_limit if eval_limit is not None else (60 if quick else None), device, key, workers,
-              judge, batch_size, keep_merges)
-    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge))
+    meta = run_dir(name)/'run.json'
+    old = read_run_json(meta) if meta.exists() else None
+    prof = get_profile(profile)
+    key = models_key(prof)
+    if old is not None and (old['profile'].get('name') != prof.name or old.get('models_key') != key):
+        raise ValueError(f"run {name!r} was made with other models (profile {old['profile'].get('name')!r}, models {old.get('models_key')!r}; "
+                         f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
+    limit = eval_limit if eval_limit is not None else (60 if quick else None)
+    inputs = run_inputs(prof, key, limit)
+    if old is not None: check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
+    run = Run(name, prof, quick, limit, device, key, workers, judge, batch_size, keep_merges, stable_hash(inputs))
+    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge,
+                          inputs=inputs, content_key=run.content_key))
     return run
 
 def open_run(name: str, # an existing run's name
              device: str|None = None, # where models would run
             ) -> Run:
     "Reopen run `name` from its `run.json`, without building or loading anything."
-    _check_run_args(name, None)
+    check_run_args(name, None)
     meta = run_dir(name)/'run.json'
     if not meta.exists():
         raise FileNotFoundError(f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)")
-    m = json.loads(meta.read_text())
-    return Run(name, Profile(**m['profile']), m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''), judge=m.get('judge'))
+    m = read_run_json(meta)
+    try: prof = Profile(**m['profile'])
+    except TypeError as e: raise ValueError(f"{meta}: its profile is not one this version reads ({e}); use another run name") from None
+    return Run(name, prof, m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''), judge=m.get('judge'),
+               content_key=m.get('content_key', ''))
 
 # %% ../nbs/15_runs.ipynb #49196aa2
+def _grid(run: Run) -> dict:
+    "The full merge grid of the run's checkpoints (computed once per run)."
+    if 'grid' not in run._memo: run._memo['grid'] = sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype)
+    return run._memo['grid']
+
+def merge_hash(run: Run, # the run
+               merge: str, # a configuration name of the grid
+              ) -> str:
+    "A hash of the configuration `merge` names for this run's checkpoints ('?name' for a name the grid lacks: it matches nothing)."
+    hashes, grid = run._memo.setdefault('merge_hash', {}), _grid(run)
+    if merge not in hashes: hashes[merge] = stable_hash(config_by_role(grid[merge], run.profile.paths)) if merge in grid else f'?{merge}'
+    return hashes[merge]
+
+def row_source(run: Run, # the run
+               role: str, # the row's role: 'base', 'expert', 'merged' or 'surgered'
+               merge: str, # its merge_config (a model's role for 'base' and 'expert')
+              ) -> str:
+    "The `source` column of a row: a hash of the run's inputs and, for a merged model, its configuration ('' for a run made by hand)."
+    return source_key(run.content_key, merge_hash(run, merge) if run.content_key and role in ('merged', 'surgered') else '')
+
+def _current(run: Run, df: pd.DataFrame) -> pd.DataFrame:
+    "The rows of `df` computed from this run's inputs (a row from other inputs is never taken for one of these)."
+    if df.empty: return df
+    want = {(r, m): row_source(run, r, m) for r, m in set(zip(df.role, df.merge_config))}
+    return df[[s == want[(r, m)] for r, m, s in zip(df.role, df.merge_config, df.source)]]
+
 def recorded(run: Run, # the run
              **key, # column values the rows must have
             ) -> pd.DataFrame:
-    "Rows of the run's store matching `key` (empty when none)."
+    "Rows of the run's store matching `key` and computed from the run's inputs (empty when none)."
     try: df = load_results(run.dir)
     except FileNotFoundError: return pd.DataFrame(columns=list(RESULT_COLUMNS))
     for k, v in key.items(): df = df[df[k] == v]
-    return df
+    return _current(run, df)
+
+def recorded_items(run: Run, # the run
+                   **key, # column values the items must have
+                  ) -> pd.DataFrame:
+    "Per-item scores of the run's store matching `key` and computed from the run's inputs (empty when none)."
+    return _current(run, load_items(run.dir, **key))
 
 def evaluate_in_run(run: Run, # the run
                     model, tok, # the model (a surgery module attached, if any) and its tokenizer
@@ -226,7 +258,9 @@ def record_job(run: Run, # the run
                result: dict, # a job's key, rows and items
               ) -> None:
     "Write a job's result into the run's store (one transaction)."
-    record(run.dir, result['rows'], items=result['items'], profile=run.profile.name, **result['key'])
+    key = result['key']
+    record(run.dir, result['rows'], items=result['items'], profile=run.profile.name,
+           source=row_source(run, key.get('role', ''), key.get('merge_config', '')), **key)
 
 # %% ../nbs/15_runs.ipynb #f0b1c2c1
 _WORKER_RUNS = {}  # in a worker process: the Run of each spec, so that jobs reuse its loaded models
@@ -293,20 +327,29 @@ def sweep_grid(run: Run # the run
     return quick_configs(base, experts, out_dtype=run.merge_dtype) if run.quick else sweep_configs(base, experts, out_dtype=run.merge_dtype)
 
 # %% ../nbs/15_runs.ipynb #a25f7fb4
-def _pick(cfgs: dict, names: list[str]|None) -> dict:
-    "The configurations `names` (all with None), with the closest names suggested for an unknown one."
-    if names is None: return cfgs
-    if not names: raise ValueError('names=[]: expected at least one configuration name, or None for the whole sweep')
-    for n in names:
-        if n not in cfgs:
-            near = difflib.get_close_matches(str(n), list(cfgs), n=3, cutoff=0.5)
-            raise ValueError(f"merge {n!r} is not in this run's sweep" + (f"; did you mean {', '.join(near)}?" if near else f' ({len(cfgs)} configurations)'))
-    return {k: v for k, v in cfgs.items() if k in names}
-
 def _configs(run: Run, names: list[str]|None) -> dict:
     "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
     if names is None: return sweep_grid(run)
-    return _pick(sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype), names)
+    return pick_configs(sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype), names)
+
+def merge_state(run: Run, # the run
+                merge: str, # a configuration name of the grid
+               ) -> str:
+    "'ready' (finished, of the configuration this run's grid names so), 'missing', 'unfinished', or 'other' (finished, of another configuration)."
+    path = merges_dir(run)/merge
+    if not is_finished(path): return 'unfinished' if path.exists() else 'missing'
+    cfg = _grid(run).get(merge)
+    return 'ready' if cfg is not None and _same_config(path, cfg) else 'other'
+
+def need_merge(run: Run, # the run
+               merge: str, # a configuration name of the grid
+              ) -> Path:
+    "The directory of merge `merge`, made if missing; a clear error when it holds another configuration or could not be made."
+    if merge_state(run, merge) in ('missing', 'unfinished'): stage_merges(run, [merge])
+    state, path = merge_state(run, merge), merges_dir(run)/merge
+    if state == 'other': raise ValueError(f"merge {merge!r}: {path} holds another configuration than this run's grid names so; delete it to merge again")
+    if state != 'ready': raise ValueError(f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again")
+    return path
 
 def stage_merges(run: Run, # the run
                  names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)
@@ -322,7 +365,7 @@ def score_merges(run: Run, # the run
                  names: list[str]|None = None, # configurations of the grid to score (None: the run's sweep)
                 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
-    todo = [n for n in _configs(run, names) if is_finished(merges_dir(run)/n) and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
+    todo = [n for n in _configs(run, names) if merge_state(run, n) == 'ready' and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
     run_jobs(run, [('score', (str(merges_dir(run)/n), DOMAINS, dict(role='merged', merge_config=n))) for n in todo], 'evaluate merges')
 
 def stage_sweep(run: Run, # the run
@@ -355,33 +398,6 @@ def best_merges(run: Run # the run
     return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
 
 # %% ../nbs/15_runs.ipynb #8adbd538
-def calib_items(domain: str, # one of DOMAINS
-                n: int = 50, # items wanted
-                seed: int = 0, # calibration seed: which items are drawn, and their order
-                split: str = 'calib', # 'calib', or 'eval' for held-out items
-                profile: str = 'toy', # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' Table 7 split)
-               ) -> list[dict]:
-    "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100): toy training items, or more of the benchmark (then kept out of that arm's evaluation)."
-    if profile == 'paper':
-        if split != 'calib': return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
-        items = paper_split(domain, 'calib', n_calib=max(50, n))
-    else:
-        items = load_split(domain, split, seed=0)
-        if split != 'calib': return items[:n]
-        if n > len(items):  # never from eval
-            train = load_split(domain, 'train', seed=0)
-            items = items + [with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[:n - len(items)]]
-    g = torch.Generator().manual_seed(seed)
-    return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
-
-def _texts(run: Run, domain: str, items: list[dict], split: str, mode: str) -> tuple[list[str], list|None]:
-    "(texts, spans) of items: calibration text of 'calib' items, full text (with the reference) of held-out ones."
-    if run.eval_profile != 'toy':
-        ref = split != 'calib' or mode == 'prompt+reference'
-        return [paper_prompt(domain, it) + (paper_reference(domain, it) if ref else '') for it in items], None
-    texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
-    return texts, [text_spans(it, t) for it, t in zip(items, texts)]
-
 def calib_texts(run: Run, # the run
                 domain: str, # one of DOMAINS
                 n: int = 50, # texts wanted
@@ -390,7 +406,7 @@ def calib_texts(run: Run, # the run
                 mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                ) -> tuple[list[str], list|None]:
     "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
-    return _texts(run, domain, calib_items(domain, n, seed, split, run.eval_profile), split, mode)
+    return item_texts(run.eval_profile, domain, calib_items(domain, n, seed, split, run.eval_profile), split, mode)
 
 def domain_cache(run: Run, # the run
                  merge: str, # a merge of the run's sweep
@@ -401,10 +417,10 @@ def domain_cache(run: Run, # the run
                  mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
                 ):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text, in the seed's order (built once)."
-    if not is_finished(merges_dir(run)/merge): stage_merges(run, [merge])
+    need_merge(run, merge)
     items = calib_items(domain, n, seed, split, run.eval_profile)
     order = sorted(range(len(items)), key=lambda i: items[i]['id'])  # the same set in any order is one cache: seeds that only reorder share it
-    texts, spans = _texts(run, domain, [items[i] for i in order], split, mode)
+    texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split, mode)
     c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
                            progress=False, models=run.model, spans=spans)
     where = {i: k for k, i in enumerate(order)}
@@ -439,7 +455,7 @@ def arm_job(run: Run, # the run
            ) -> dict:
     "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
     key = dict(merge_config=merge, domain=domain, **arm.key())
-    if not is_finished(merges_dir(run)/merge): stage_merges(run, [merge])
+    need_merge(run, merge)
     merged, tok = run.model(merges_dir(run)/merge)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
     held = domain_cache(run, merge, domain, 'eval')
@@ -465,7 +481,7 @@ def sweep_scores(run: Run, # the run
     "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores, not computed twice; None when absent."
     key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
     df = recorded(run, **key)  # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
-    its = load_items(run.dir, **key)
+    its = recorded_items(run, **key)
     if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()): return None  # a score without its items: evaluate again
     return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict('records')
 
@@ -475,7 +491,7 @@ def arms_over(run: Run, # the run
               desc: str, # the progress bar's label
              ) -> None:
     "Run every (merge, arm, domain) job not yet recorded, in the run's workers, with a progress bar."
-    missing = [m for m in dict.fromkeys(merges) if not is_finished(merges_dir(run)/m)]
+    missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
     if missing: stage_merges(run, missing)  # in the driver, before any job needs them
     jobs = [(m, d, a) for m in dict.fromkeys(merges) for a in arms for d in DOMAINS]
     run_jobs(run, [('arm', j) for j in jobs if not len(recorded(run, merge_config=j[0], domain=j[1], **j[2].key()))], desc)

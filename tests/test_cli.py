@@ -35,3 +35,20 @@ def test_the_library_has_no_import_cycle():
     assert check_layout.find_cycle(check_layout.graph()) is None
     assert check_layout.find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}) == ['a', 'b', 'c', 'a']  # the check can fail
     assert check_layout.main([]) == 0
+
+def test_surgery_prints_both_scores_and_the_paired_difference():
+    "darts surgery on the ci zoo (a few steps, a few items): both scores with their standard errors, the paired difference, the module's folder."
+    import shutil
+    from darts_nb.runs import run_dir
+    name = 'cli-surgery-test'
+    shutil.rmtree(run_dir(name), ignore_errors=True)
+    try:
+        r = darts('surgery', '--profile', 'ci', '--merge', 'ta-0.5', '--domain', 'math', '--iters', '2', '--eval-limit', '4', '--name', name,
+                  home=os.environ.get('DARTS_HOME', ROOT/'.darts_home'))
+        assert r.returncode == 0, r.stderr[-2000:]
+        lines = r.stdout.strip().splitlines()
+        assert lines[0] == 'math on ta-0.5:' and any(l.strip().startswith('exact_match') and '±' in l and '(n=4)' in l for l in lines), lines
+        assert any('difference (with - without, paired over 4 items)' in l and '95% CI' in l for l in lines), lines
+        assert lines[-1].startswith('module saved in ') and Path(lines[-1][len('module saved in '):]).is_dir()
+        assert '\r' not in r.stderr   # a log, not a terminal: progress as lines
+    finally: shutil.rmtree(run_dir(name), ignore_errors=True)
