@@ -6,7 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/cache.html.md"""
 
 # %% ../nbs/06_cache.ipynb #6fd0b6ef
 from __future__ import annotations
-import json, copy
+import json, copy, os, re, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
@@ -14,10 +14,11 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, atomic_path, darts_home, path_fingerprint
 from .zoo import check_vocab
+from .surgery import save_dir
 
 # %% auto #0
-__all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'check_pair', 'token_kinds', 'build_cache', 'cache_path',
-           'get_or_build_cache']
+__all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'build_cache',
+           'cache_key', 'cache_path', 'get_or_build_cache']
 
 # %% ../nbs/06_cache.ipynb #fb2bc3b4
 @dataclass
@@ -92,28 +93,61 @@ class HiddenCache:
 # %% ../nbs/06_cache.ipynb #64d4b106
 TENSORS, META = 'tensors.safetensors', 'meta.json'
 
-@patch
-def save(self: HiddenCache, path: str|Path # a directory (created; an existing cache there is replaced)
-        ) -> Path:
-    "Write the cache atomically as safetensors + meta JSON; returns the directory."
+def save_safetensors(tensors: dict, # name -> tensor (contiguous, on any device)
+                     file: str|Path, # the file to write
+                     metadata: dict|None = None, # str -> str, kept in the header
+                    ) -> Path:
+    "`safetensors.torch.save_file`, whose I/O errors (a full disk) are raised as the `OSError` they are."
     from safetensors.torch import save_file
+    try: save_file(tensors, str(file), metadata=metadata)
+    except Exception as e:
+        m = re.search(r'os error (\d+)', str(e))
+        if m: raise OSError(int(m.group(1)), f'{file}: {e}') from e
+        raise
+    return Path(file)
+
+@patch
+def save(self: HiddenCache, path: str|Path # a folder (created; an existing cache there is replaced)
+        ) -> Path:
+    "Write the cache atomically as safetensors (the meta in its header too) + meta JSON; returns the folder."
     path = Path(path).expanduser().absolute()
-    with atomic_path(path) as tmp:
-        tmp.mkdir()
-        save_file({k: t.detach().contiguous().cpu() for k, t in self.tensors().items()}, str(tmp/TENSORS))
-        (tmp/META).write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str))
-    return path
+    meta = json.dumps(self.meta, indent=1, sort_keys=True, default=str)
+    tensors = {k: t.detach().contiguous().cpu() for k, t in self.tensors().items()}
+    return save_dir(path, {TENSORS: lambda f: save_safetensors(tensors, f, {'meta': meta}), META: meta}, {TENSORS, META}, 'HiddenCache')
 
 # %% ../nbs/06_cache.ipynb #64d4b107
+def _read_tensors(file: Path, device) -> tuple[dict, str|None]:
+    "The tensors of a cache file and the meta JSON of its header (None in caches saved before it was kept there)."
+    from safetensors import safe_open, SafetensorError
+    fd = os.open(file, os.O_RDONLY)  # safe_open opens its path twice (header, data): give it this one version of the file
+    try:
+        same = next((p for p in (f'/proc/self/fd/{fd}', f'/dev/fd/{fd}') if os.path.exists(p)), str(file))
+        with safe_open(same, framework='pt', device=str(device)) as f:
+            cpu = torch.device(device).type == 'cpu'  # a copy, not a map of the file: a later change to it cannot reach a loaded cache
+            return {k: f.get_tensor(k).clone() if cpu else f.get_tensor(k) for k in f.keys()}, (f.metadata() or {}).get('meta')
+    except SafetensorError as e: raise ValueError(f"{file}: corrupt or incomplete cache file ({e}); delete its folder to rebuild it") from None
+    finally: os.close(fd)
+
 @patch(cls_method=True)
-def load(cls: HiddenCache, path: str|Path, # a directory written by `HiddenCache.save`
+def load(cls: HiddenCache, path: str|Path, # a folder written by `HiddenCache.save`
          device=None, # default: the training device (CUDA if available)
         ) -> HiddenCache:
-    "Read a saved cache onto `device`."
-    from safetensors.torch import load_file
+    "Read a saved cache onto `device`; a missing, truncated or garbled one is a clear error naming its file."
     path = Path(path).expanduser().absolute()
-    if not (path/TENSORS).exists() or not (path/META).exists(): raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})")
-    return cls(meta=json.loads((path/META).read_text()), **load_file(str(path/TENSORS), device=str(default_device(device))))
+    for _ in range(50):  # a save swapping the folder in with two renames (no renameat2) leaves it absent for an instant
+        if (path/TENSORS).is_file() or not any(path.parent.glob(f'.{path.name}.tmp-*')): break
+        time.sleep(0.01)
+    try: tensors, meta = _read_tensors(path/TENSORS, default_device(device))
+    except FileNotFoundError: raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})") from None
+    if meta is None:  # an older cache: the meta only in meta.json
+        if not (path/META).is_file(): raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})")
+        meta = (path/META).read_text()
+    try: meta = json.loads(meta)
+    except json.JSONDecodeError as e: raise ValueError(f"{path/META}: corrupt JSON ({e}); delete its folder to rebuild it") from None
+    missing = sorted({'merged', 'target', 'entropy', 'mask'} - set(tensors))
+    if missing: raise ValueError(f"{path/TENSORS}: missing tensors {missing}; not a complete HiddenCache")
+    try: return cls(meta=meta, **tensors)
+    except (TypeError, ValueError) as e: raise ValueError(f"{path/TENSORS}: {e}") from None
 
 # %% ../nbs/06_cache.ipynb #7a617dda
 def _vocab_hash(tokenizer) -> str:
@@ -205,6 +239,17 @@ def build_cache(merged, # the merged model M (frozen)
     return HiddenCache(out['merged'], out['target'], out['entropy'], am.bool().to(dev), meta, ids.to(dev), kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
+def cache_key(merged_path: str|Path, # the merged model's directory
+              target_path: str|Path, # the expert's directory
+              prompts: list[str], # calibration texts
+              max_len: int = 512, # T_max
+              dtype: torch.dtype = torch.bfloat16, # storage dtype
+              spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
+             ) -> list:
+    "What a cache is computed from: each checkpoint's fingerprint, the prompts' hash, `max_len`, dtype (and the spans' hash)."
+    return ([path_fingerprint(merged_path), path_fingerprint(target_path), stable_hash(list(prompts)), int(max_len), str(dtype)]
+            + ([stable_hash(spans)] if spans is not None else []))
+
 def cache_path(merged_path: str|Path, # the merged model's directory
                target_path: str|Path, # the expert's directory
                prompts: list[str], # calibration texts
@@ -213,9 +258,8 @@ def cache_path(merged_path: str|Path, # the merged model's directory
                root: str|Path|None = None, # default: $DARTS_HOME/caches
                spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
               ) -> Path:
-    "Where the cache of this (merged, expert, prompts, spans, max_len, dtype) lives."
-    key = stable_hash([path_fingerprint(merged_path), path_fingerprint(target_path), stable_hash(list(prompts)), int(max_len), str(dtype)]
-                      + ([stable_hash(spans)] if spans is not None else []))
+    "Where the cache of this (merged, expert, prompts, spans, max_len, dtype) lives: named by the hash of its `cache_key`."
+    key = stable_hash(cache_key(merged_path, target_path, prompts, max_len, dtype, spans))
     return (Path(root) if root is not None else darts_home()/'caches')/f'cache-{key}'
 
 # %% ../nbs/06_cache.ipynb #fb485277
@@ -232,16 +276,17 @@ def get_or_build_cache(merged_path: str|Path, # the merged model's directory
                        spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
                       ) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (loading both models) and save it."
-    path = cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans)
-    if (path/META).exists():
-        c = HiddenCache.load(path, device=device)
-        if c.meta.get('prompt_hash') == stable_hash(list(prompts)) and c.meta.get('max_len') == max_len: return c
+    path, key = cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans), cache_key(merged_path, target_path, prompts, max_len, dtype, spans)
+    if (path/TENSORS).exists():
+        try: c = HiddenCache.load(path, device=device)
+        except ValueError as e: c = None; warnings.warn(f'{e}: building it again')
+        if c is not None and c.meta.get('key', key) == key and c.meta.get('prompt_hash') == stable_hash(list(prompts)) and c.meta.get('max_len') == max_len: return c
     dev = default_device(device)
     if models is None:
         from darts_nb.zoo import load_model
         models = lambda p: load_model(p, device=dev)
     (m, tok), (t, ttok) = models(merged_path), models(target_path)
     c = build_cache(m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress, spans=spans)
-    c.meta.update(merged_path=str(merged_path), target_path=str(target_path))
+    c.meta.update(merged_path=str(merged_path), target_path=str(target_path), key=key)  # a cache for other inputs is never returned
     c.save(path)
     return c

@@ -6,20 +6,21 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
-import math, json
+import math, json, os, errno, time, inspect
 from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .core import positions_from_mask, lm_head, atomic_path, check_choice
+from .core import positions_from_mask, lm_head, atomic_path, check_choice, stable_hash
 _all_ = ['positions_from_mask']
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'WEIGHTS', 'CONFIG', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery',
-           'AddSurgery', 'ParallelSurgery', 'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery',
-           'surgery_from_config', 'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids',
-           'surgery_of', 'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'read_surgery_config',
+__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG', 'OLD_WEIGHTS', 'OLD_CONFIG', 'SurgeryModule',
+           'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
+           'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
+           'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids', 'check_finite', 'surgery_of',
+           'detach_surgery', 'attach_surgery', 'surgery', 'save_dir', 'read_dir', 'save_surgery', 'read_surgery_config',
            'load_surgery', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
@@ -195,9 +196,24 @@ def make_surgery(kind: str, # a key of SURGERY_KINDS, or 'darts' for 'position'
     if cls is TokenSurgery: return cls(hidden_size, rank, max_len if vocab_size is None else vocab_size)
     return cls(hidden_size, rank, max_len)
 
+SIZE_KEYS = ('hidden_size', 'rank', 'max_len', 'vocab_size')  # the config keys a module is built from
+
+def check_surgery_config(cfg, # a module's config: `module.config()` or a saved one
+                         where: str = 'cfg', # the file it came from, for messages
+                        ) -> dict:
+    "`cfg`, or a `ValueError` naming `where` and the key that is missing or wrong."
+    if not isinstance(cfg, dict) or cfg.get('kind') not in SURGERY_KINDS:
+        raise ValueError(f"{where}: kind={cfg.get('kind') if isinstance(cfg, dict) else None!r}, expected one of {sorted(SURGERY_KINDS)}")
+    for k in (k for k in inspect.signature(SURGERY_KINDS[cfg['kind']]).parameters if k in SIZE_KEYS):  # the sizes this kind takes
+        if k not in cfg: raise ValueError(f"{where}: missing key {k!r}, which a {cfg['kind']!r} module needs")
+        v = cfg[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{where}: {k}={v!r}, expected an int >= 1")
+    return cfg
+
 def surgery_from_config(cfg: dict # a `module.config()` dict (extra keys are ignored)
                        ) -> SurgeryModule:
-    "A fresh module of `cfg['kind']` with the sizes in `cfg`."
+    "A fresh module of `cfg['kind']` with the sizes in `cfg` (a `ValueError` naming a missing or wrong key)."
+    check_surgery_config(cfg)
     return make_surgery(cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'), cfg.get('vocab_size'))
 
 # %% ../nbs/04_surgery.ipynb #27638ddf
@@ -286,7 +302,16 @@ def call_ids(model, # the causal LM being called
     ids = a.get('input_ids')
     return None if ids is None else _kept(ids, a.get('logits_to_keep', 0))
 
-# %% ../nbs/04_surgery.ipynb #a7c4681d
+# %% ../nbs/04_surgery.ipynb #a9b4d2bd
+def check_finite(module: nn.Module, # a surgery module
+                 where: str, # who asks, for the message (a function, a file)
+                ) -> nn.Module:
+    "`module`, or a `ValueError` naming the tensors of its state that hold NaN or inf."
+    bad = [k for k, v in module.state_dict().items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad: raise ValueError(f"{where}: the {getattr(module, 'kind', type(module).__name__)} module has NaN or inf in {bad} "
+                             f"(a diverged training?); it is refused")
+    return module
+
 def _module_hidden(model) -> int:
     head = lm_head(model)
     w = getattr(head, 'weight', None)
@@ -316,6 +341,7 @@ def attach_surgery(model, # a Hugging Face causal LM
     H = _module_hidden(model)
     if module.hidden_size != H:
         raise ValueError(f"module.hidden_size={module.hidden_size} does not match the model's hidden size {H}")
+    check_finite(module, 'attach_surgery')  # a NaN module would make every generation empty
     detach_surgery(model)
     head = lm_head(model)
     w = getattr(head, 'weight', None)
@@ -356,52 +382,117 @@ def surgery(model, # a Hugging Face causal LM
         if prev is not None: attach_surgery(model, prev)
 
 # %% ../nbs/04_surgery.ipynb #a9b4d2be
-WEIGHTS, CONFIG = 'surgery.safetensors', 'config.json'
+def save_dir(path: str|Path, # the folder to write
+             files: dict, # file name -> content: bytes, str, or a function that writes the file at the path it is given
+             own: set|frozenset, # names an existing `path` may hold (the saved thing's own files): it is replaced only then
+             what: str, # what is saved, for messages ('surgery module')
+            ) -> Path:
+    "Write `files` as folder `path`, atomically; an existing folder holding anything but `own` files is refused, never replaced."
+    path = Path(path)
+    if path.exists() and not path.is_dir(): raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
+    foreign = sorted(set(os.listdir(path)) - set(own)) if path.is_dir() else []
+    if foreign: raise FileExistsError(f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
+                                      f"refusing to replace it (that would delete them): save the {what} into a folder of its own")
+    for attempt in range(3):
+        try:
+            with atomic_path(path) as tmp:
+                tmp.mkdir()
+                for name, data in files.items(): data(tmp/name) if callable(data) else (tmp/name).write_bytes(data.encode() if isinstance(data, str) else data)
+            return path
+        except OSError as e:  # another writer put `path` in place between atomic_path's look and its rename: swap again
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == 2: raise
 
-def save_surgery(module: SurgeryModule, # the module to save
-                 path: str|Path, # the directory to write (replaced if it exists)
-                 **meta, # merged_model, domain, loss, seed, ... (JSON-serialisable)
+def _read_at(dir_fd: int, name: str) -> bytes|None:
+    try: fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError: return None
+    with os.fdopen(fd, 'rb') as f: return f.read()
+
+def read_dir(path: str|Path, # a folder written by `save_dir`
+             names, # the file names wanted
+             tries: int = 50, # attempts while the folder is being replaced
+            ) -> dict:
+    "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even while a save replaces it."
+    for _ in range(tries):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # absent for an instant where renameat2 is missing
+            try:
+                out = {n: _read_at(fd, n) for n in names}
+                now, mine = os.stat(path), os.fstat(fd)  # a file is absent: really, or is this version being removed?
+                if all(v is not None for v in out.values()) or ((now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink): return out
+            finally: os.close(fd)
+        except FileNotFoundError: pass
+        time.sleep(0.01)
+    raise FileNotFoundError(f"path={str(path)!r}: no folder here (or it kept being replaced during {tries} attempts)")
+
+WEIGHTS, CONFIG = 'surgery_model.safetensors', 'surgery_config.json'
+OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
+
+def _merge_config_hash(merged_model) -> str|None:
+    "The hash of a local merge's `merge.yaml` (the merge config), or None."
+    import yaml
+    try: return stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser()/'merge.yaml').read_text())) if merged_model else None
+    except Exception: return None
+
+def _own_files(path: Path) -> set:
+    "The files a module folder at `path` may hold: the old format's only where `path` is an old module (not a model's config.json)."
+    try: old = (path/OLD_WEIGHTS).is_file() or json.loads((path/OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
+    except Exception: old = False
+    return {WEIGHTS, CONFIG} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
+
+def save_surgery(module: SurgeryModule, # the module to save (finite weights)
+                 path: str|Path, # a folder of its own: created, or replaced when it holds a module only
+                 **meta, # merged_model, merge_config_hash, expert, domain, loss, seed, ... (JSON-serialisable)
                 ) -> Path:
-    "Write `module` as safetensors + JSON config into directory `path`, atomically."
-    from safetensors.torch import save_file
+    "Write `module` as `surgery_model.safetensors` + `surgery_config.json` into folder `path`, atomically."
+    from safetensors.torch import save
     import darts_nb
     if not isinstance(module, SurgeryModule): raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
-    cfg = {**{k: meta.get(k) for k in ('merged_model', 'domain', 'loss', 'seed')}, **meta, **module.config(),
+    path = Path(path); check_finite(module, f'save_surgery({str(path)!r})')
+    meta.setdefault('merge_config_hash', _merge_config_hash(meta.get('merged_model')))
+    cfg = {**{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')}, **meta, **module.config(),
            'version': darts_nb.__version__, 'dtype': str(module.down.weight.dtype).replace('torch.', '')}
-    with atomic_path(path) as tmp:
-        tmp.mkdir()
-        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(tmp/WEIGHTS))
-        (tmp/CONFIG).write_text(json.dumps(cfg, indent=2, sort_keys=True, default=str))
-    return Path(path)
+    weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
+    files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str)}
+    return save_dir(path, files, _own_files(path), 'surgery module')
 
 # %% ../nbs/04_surgery.ipynb #a9b4d202
-def read_surgery_config(path: str|Path # a directory written by `save_surgery`
-                       ) -> dict:
-    "The JSON config of a saved module, with clear errors for a missing or corrupt one."
-    path = Path(path)
-    if not (path/CONFIG).is_file(): raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (missing {CONFIG})")
-    try: cfg = json.loads((path/CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{path/CONFIG}: corrupt JSON ({e})") from None
-    if not isinstance(cfg, dict) or cfg.get('kind') not in SURGERY_KINDS:
-        raise ValueError(f"{path/CONFIG}: kind={cfg.get('kind') if isinstance(cfg, dict) else None!r}, expected one of {sorted(SURGERY_KINDS)}")
-    return cfg
+def _parse_config(data: bytes, where: Path) -> dict:
+    try: cfg = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{where}: corrupt JSON ({e})") from None
+    return check_surgery_config(cfg, str(where))
 
-def load_surgery(path: str|Path, # a directory written by `save_surgery`
+def _read_saved(path: Path) -> tuple[dict, Path, bytes|None, Path]:
+    "(config, its file, the weights' bytes, their file) of the module in `path`, the files from one version of the folder."
+    expected = f"expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}"
+    if not path.is_dir(): raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
+    got = read_dir(path, (CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS))
+    c, w = (CONFIG, WEIGHTS) if got[CONFIG] is not None or got[WEIGHTS] is not None else (OLD_CONFIG, OLD_WEIGHTS)
+    if got[c] is None or (c == OLD_CONFIG and got[w] is None and b'"kind"' not in got[c]):
+        raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (it holds {sorted(os.listdir(path))[:6]}; {expected})")
+    return _parse_config(got[c], path/c), path/c, got[w], path/w
+
+def read_surgery_config(path: str|Path # a folder written by `save_surgery`
+                       ) -> dict:
+    "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
+    return _read_saved(Path(path))[0]
+
+def load_surgery(path: str|Path, # a folder written by `save_surgery`
                  expect_hidden: int|None = None, # fail unless the module's hidden size is this (the target model's H)
                  device: str|torch.device|None = None, # where to put the module (default CPU)
                 ) -> SurgeryModule:
-    "Rebuild a saved module (in eval mode); its metadata is in `module.meta`."
-    from safetensors.torch import load_file
-    path = Path(path); cfg = read_surgery_config(path)
+    "Rebuild a saved module (in eval mode, finite weights checked); its config is in `module.meta`."
+    from safetensors.torch import load
+    path = Path(path); cfg, cfile, data, wfile = _read_saved(path)
     if expect_hidden is not None and cfg.get('hidden_size') != expect_hidden:
-        raise ValueError(f"{path}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}")
-    if not (path/WEIGHTS).is_file(): raise FileNotFoundError(f"path={str(path)!r}: missing {WEIGHTS}")
-    try: sd = load_file(str(path/WEIGHTS))
-    except Exception as e: raise ValueError(f"{path/WEIGHTS}: corrupt safetensors file ({e})") from None
+        raise ValueError(f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}")
+    if data is None: raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
+    try: sd = load(data)
+    except Exception as e: raise ValueError(f"{wfile}: corrupt safetensors file ({e})") from None
     module = surgery_from_config(cfg)
     want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got: raise ValueError(f"{path/WEIGHTS}: tensors {got} do not match the config's module {want}")
+    if want != got: raise ValueError(f"{wfile}: tensors {got} do not match the config's module {want}")
     module.load_state_dict(sd)
+    check_finite(module, str(wfile))
     module.meta = cfg
     return module.to(device or 'cpu').eval()

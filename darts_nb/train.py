@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/train.html.md"""
 
 # %% ../nbs/07_train.ipynb #8145c66e
 from __future__ import annotations
+import math, numbers
 import torch
 from tqdm.auto import tqdm
 from .core import positions_from_mask
@@ -15,7 +16,7 @@ from .bias import token_bias
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['batch_order', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'token_agreement']
+__all__ = ['batch_order', 'zero_pads', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'token_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -29,12 +30,17 @@ def _frozen_weight(head, device) -> torch.Tensor:
     if not isinstance(w, torch.Tensor): raise TypeError(f"head: expected an LM head module or a V x H weight tensor, got {type(head).__name__}")
     return w.detach().to(device, torch.float32)
 
-def _check_train_args(cache, loss, iters, batch_size, lr, head):
+def _check_train_args(cache, loss, iters, batch_size, lr, head, betas=(0.9, 0.999), seed=0):
     if not isinstance(cache, HiddenCache): raise TypeError(f"cache: expected a HiddenCache, got {type(cache).__name__}")
     get_loss(loss)
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1: raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
-    if not lr > 0: raise ValueError(f"lr: expected > 0, got {lr!r}")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr: expected a finite number > 0, got {lr!r}")
+    if (not isinstance(betas, (tuple, list)) or len(betas) != 2
+            or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+        raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int): raise ValueError(f"seed: expected an integer, got {seed!r}")
     if 'head' in LOSS_NEEDS[loss] and head is None: raise ValueError(f"loss={loss!r} needs head= (the expert's LM head), got None")
     cache.check()
 
@@ -60,6 +66,19 @@ def _batch(cache, idx, device):
             cache.entropy[idx].to(device, torch.float32), m.to(device), positions_from_mask(m).to(device),
             None if cache.ids is None else cache.ids[idx].to(device))
 
+def zero_pads(cache: HiddenCache # calibration hidden states
+             ) -> HiddenCache:
+    "`cache` when its pad positions hold zeros (as `build_cache` stores them), else a copy with zeros there (NaN and huge values included)."
+    pad = ~cache.mask
+    if not any(bool(getattr(cache, k)[pad].ne(0).any()) for k in ('merged', 'target', 'entropy')): return cache
+    out = cache._with(torch.clone)
+    for k in ('merged', 'target', 'entropy'): getattr(out, k)[pad] = 0
+    return out
+
+def _diverged(step, iters, value, lr, loss, what):
+    return FloatingPointError(f"train_surgery: {what} at step {step} of {iters} (loss={loss!r}, loss value {value}, lr={lr}): "
+                              f"training diverged and is stopped; try a smaller lr")
+
 def train_surgery(module: torch.nn.Module, # a surgery module: forward(h, positions) -> corrected h
                   cache: HiddenCache, # calibration hidden states
                   loss: str = 'ewl1', # a name in darts_nb.losses.LOSSES
@@ -72,18 +91,23 @@ def train_surgery(module: torch.nn.Module, # a surgery module: forward(h, positi
                   betas: tuple[float, float] = (0.9, 0.999), # Adam betas
                  ) -> list[float]:
     "Train `module` in place on `cache`; returns the loss after each step."
-    _check_train_args(cache, loss, iters, batch_size, lr, head)
-    dev = _module_device(module)
+    _check_train_args(cache, loss, iters, batch_size, lr, head, betas, seed)
+    cache, dev = zero_pads(cache), _module_device(module)
     w = None if head is None else _frozen_weight(head, dev)
-    opt = torch.optim.Adam(module.parameters(), lr=lr, betas=betas)
+    params = list(module.parameters())
+    opt = torch.optim.Adam(params, lr=lr, betas=betas)
     module.train(); hist = []
     bar = tqdm(batch_order(len(cache), batch_size, iters, seed), total=iters, desc=f'surgery/{loss}', disable=not progress)
-    for idx in bar:
+    for step, idx in enumerate(bar, 1):
         hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
         l = compute_loss(loss, apply_surgery(module, hm, pos, ids), hk, m, entropy=ent, head=w)
-        opt.zero_grad(set_to_none=True); l.backward(); opt.step()
+        opt.zero_grad(set_to_none=True); l.backward()
         hist.append(l.item())
-        if len(hist) % 10 == 0: bar.set_postfix(loss=f'{hist[-1]:.4g}')
+        if not math.isfinite(hist[-1]): raise _diverged(step, iters, hist[-1], lr, loss, 'the loss is not finite')  # before the step: the weights are still finite
+        opt.step()
+        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+            raise _diverged(step, iters, hist[-1], lr, loss, 'a parameter became NaN or inf')
+        if step % 10 == 0: bar.set_postfix(loss=f'{hist[-1]:.4g}')
     module.eval()
     return hist
 
