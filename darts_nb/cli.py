@@ -10,7 +10,7 @@ import argparse, errno, os, sys, time
 
 # %% auto #0
 __all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
-           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'LineLog', 'main']
+           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'LineLog', 'main']
 
 # %% ../nbs/22_cli.ipynb #a19129b7
 PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
@@ -29,6 +29,7 @@ EXAMPLES = {
     'report': 'darts report default',
     'run': 'darts run --profile toy --name demo --quick',
     'fetch': 'darts fetch --profile llama2-7b --dry-run',
+    'lm-eval': 'darts lm-eval run --model darts --model_args pretrained=MERGE_DIR,surgery=MODULE_DIR --tasks darts_math --limit 20',
 }
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -112,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     f = _sub(sub, 'fetch', "download a profile's hub models and the paper's datasets (needs the network)")
     f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' or a YAML file whose models are hub ids")
     f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
+    l = _sub(sub, 'lm-eval', "lm-eval's own command line, with the darts model (a checkpoint plus a surgery module) and the package's tasks")
+    l.add_argument('args', nargs=argparse.REMAINDER, help="lm-eval's arguments (see `darts lm-eval --help` below them: `darts lm-eval run --help`)")
     return ap
 
 def _positive(ap, **vals):
@@ -206,7 +209,12 @@ def cmd_fetch(a, ap):
     _, refs, _ = profile_refs(a.profile)
     fetch({r: v for r, v in refs.items() if is_hub_id(v)}, dry_run=a.dry_run)
 
-COMMANDS = {'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run, 'fetch': cmd_fetch}
+def cmd_lm_eval(a, ap):
+    "darts lm-eval: lm-eval's command line with the `darts` model registered and the package's tasks included."
+    from darts_nb.lm_eval import main as lm_eval_main
+    lm_eval_main(a.args)
+
+COMMANDS = {'lm-eval': cmd_lm_eval, 'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run, 'fetch': cmd_fetch}
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c6
 class LineLog:

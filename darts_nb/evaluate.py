@@ -15,9 +15,10 @@ from .hub import alpaca_reference_path
 from .sandbox import check_completion
 
 # %% auto #0
-__all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_task_config', 'paper_task_configs',
-           'humaneval_program', 'process_humaneval_results', 'gsm8k_number', 'process_gsm8k_results',
-           'process_alpacaeval_results', 'alpaca_eval_outputs', 'judge_alpaca_eval', 'evaluate_model']
+__all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_dataset', 'paper_dataset', 'toy_task_config',
+           'paper_task_configs', 'humaneval_program', 'process_humaneval_results', 'gsm8k_number',
+           'process_gsm8k_results', 'process_alpacaeval_results', 'alpaca_eval_outputs', 'judge_alpaca_eval',
+           'evaluate_model']
 
 # %% ../nbs/12_evaluate.ipynb #dae12bd5
 def tasks_dir() -> Path:
@@ -40,6 +41,34 @@ def task_manager(include_defaults: bool = False, # also index lm-eval's built-in
     return TaskManager(include_path=str(tasks_dir()), include_defaults=include_defaults)
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c2
+def toy_dataset(domain: str, # one of DOMAINS (the task YAML's metadata)
+                seed: int = 0, # the split seed (`--metadata '{"seed": 1}'`)
+                split: str = 'eval', # the split
+                **_, # the rest of the YAML's metadata and dataset_kwargs
+               ):
+    "A toy domain's split as a `datasets.DatasetDict` ({'test': ...}): what the task YAMLs load under lm-eval's own command line."
+    from datasets import load_dataset
+    return load_dataset('json', data_files={'test': str(_toy_jsonl(domain, split, seed))})
+
+def paper_dataset(domain: str, # 'code', 'math' or 'instruct' (the task YAML's metadata)
+                  seed: int = 0, # the split seed
+                  n_calib: int = 50, # calibration items held out of the scored part
+                  **_, # the rest of the YAML's metadata and dataset_kwargs
+                 ):
+    "A paper benchmark's evaluation part as a `datasets.DatasetDict`, for lm-eval's own command line."
+    from datasets import load_dataset
+    return load_dataset('json', data_files={'test': str(_paper_jsonl(domain, seed, n_calib))})
+
+def _toy_jsonl(domain: str, split: str, seed: int) -> Path:
+    "A toy split exported as JSON lines under DARTS_HOME/data (what lm-eval's `json` builder reads)."
+    return export_jsonl(domain, split, darts_home()/'data'/f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
+
+def _paper_jsonl(domain: str, seed: int, n_calib: int, paths: dict|None = None) -> Path:
+    "A paper benchmark's evaluation part written as JSON lines under DARTS_HOME/data/paper."
+    items = paper_split(domain, 'eval', seed=seed, n_calib=n_calib, paths=paths)
+    return atomic_write(darts_home()/'data'/'paper'/f'{PAPER_TASKS[domain]}_eval_seed{seed}_calib{n_calib}.jsonl',
+                        ''.join(json.dumps(it) + '\n' for it in items))
+
 def toy_task_config(domain: str, # one of darts_nb.domains.DOMAINS
                     split: str = 'eval', # the split to score
                     seed: int = 0, # the split seed
@@ -53,7 +82,8 @@ def toy_task_config(domain: str, # one of darts_nb.domains.DOMAINS
     entry = tm.task_index.get(f'darts_{domain}')
     if entry is None or not entry.yaml_path: raise FileNotFoundError(f'no task YAML darts_{domain}.yaml in {tasks_dir()}')
     cfg = load_yaml(entry.yaml_path, resolve_func=True)
-    data = export_jsonl(domain, split, darts_home()/'data'/f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
+    data = _toy_jsonl(domain, split, seed)
+    cfg.pop('custom_dataset', None)  # lm-eval's CLI builds the split with it; here the exported file, of this split and seed
     cfg['dataset_kwargs'] = {'data_files': {'test': str(data)}}
     if max_new_tokens: cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
     return cfg
@@ -104,9 +134,8 @@ def paper_task_configs(domains=('code', 'math', 'instruct'), # the paper domains
     for d in domains:
         check_choice(d, PAPER_TASKS, 'domain')
         cfg = load_yaml(tm.task_index[PAPER_TASKS[d]].yaml_path, resolve_func=True)
-        items = paper_split(d, 'eval', seed=seed, n_calib=n_calib, paths=paths)
-        path = atomic_write(darts_home()/'data'/'paper'/f'{PAPER_TASKS[d]}_eval_seed{seed}_calib{n_calib}.jsonl',
-                            ''.join(json.dumps(it) + '\n' for it in items))
+        path = _paper_jsonl(d, seed, n_calib, paths)
+        cfg.pop('custom_dataset', None)
         cfg['dataset_kwargs'] = {'data_files': {'test': str(path)}}
         if max_new_tokens: cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
         cfgs[d] = cfg

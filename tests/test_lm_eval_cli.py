@@ -1,0 +1,57 @@
+"""lm-eval's own command line with the package's tasks (--include_path) and the `darts` model (issue 17): no data file needed, the
+module's correction applied, and the same numbers as `evaluate.evaluate_model` on the corrected model."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest
+import torch
+from darts_nb.core import darts_home
+from darts_nb.evaluate import tasks_dir, evaluate_model
+from darts_nb.surgery import PositionSurgery, save_surgery, attach_surgery, load_surgery
+from darts_nb.zoo import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = 4
+
+@pytest.fixture(scope='module')
+def expert():
+    p = darts_home()/'zoo-ci'/'math'
+    assert (p/'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({p})'
+    return p
+
+def lm_eval(tmp: Path, *args, module='lm_eval') -> dict:
+    "Run an lm-eval command line in a fresh process; its results and samples."
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1', 'TOKENIZERS_PARALLELISM': 'false'}
+    cmd = [sys.executable, '-m', module, 'run', *args, '--tasks', 'darts_math', '--limit', str(LIMIT), '--device', 'cpu',
+           '--batch_size', '4', '--output_path', str(tmp), '--log_samples']
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'fatal: not a git repository' not in r.stderr or module == 'lm_eval'
+    res = json.loads(next(tmp.rglob('results_*.json')).read_text())
+    samples = [json.loads(l) for l in next(tmp.rglob('samples_darts_math_*.jsonl')).read_text().splitlines()]
+    return dict(em=res['results']['darts_math']['exact_match,none'], answers=[s['filtered_resps'] for s in samples])
+
+def module_dir(tmp: Path, zero: bool) -> Path:
+    m = PositionSurgery(64, 4, 512)
+    if not zero:
+        torch.manual_seed(0)
+        with torch.no_grad(): m.b.normal_(0, 2.0); m.up.weight.normal_(0, 0.5)
+    return save_surgery(m, tmp/('zero' if zero else 'random'), domain='math')
+
+def test_the_tasks_run_under_lm_evals_own_command_line(tmp_path, expert):
+    "The shipped YAMLs need no data file beside them (custom_dataset builds the split)."
+    out = lm_eval(tmp_path, '--model', 'hf', '--model_args', f'pretrained={expert}', '--include_path', str(tasks_dir()))
+    assert 0 <= out['em'] <= 1 and len(out['answers']) == LIMIT
+
+def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_applied(tmp_path, expert):
+    plain = lm_eval(tmp_path/'plain', '--model', 'darts', '--model_args', f'pretrained={expert}', module='darts_nb.lm_eval')
+    zero = lm_eval(tmp_path/'zero', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={module_dir(tmp_path, True)}',
+                   module='darts_nb.lm_eval')
+    assert zero == plain
+    mod = module_dir(tmp_path, False)
+    fixed = lm_eval(tmp_path/'fixed', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval')
+    assert fixed['answers'] != plain['answers']   # the correction reached generation
+    model, tok = load_model(str(expert), 'cpu')
+    attach_surgery(model, load_surgery(mod))
+    df = evaluate_model(model, tok, ['math'], limit=LIMIT)
+    assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
