@@ -184,7 +184,11 @@ def atomic_path(path: str|Path, # the final file or directory
     try:
         yield tmp
         if not (tmp.exists() or tmp.is_symlink()): raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
-        if replace or not path.exists(): _swap(tmp, path)
+        if replace or not path.exists():
+            try: _swap(tmp, path)
+            except OSError as e:  # another writer's `path` appeared between the check and the move
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not path.exists(): raise
+                if replace: _swap(tmp, path)  # exchanged with it; with replace=False theirs is kept, ours removed below
     except Exception as e:
         if not is_disk_full(e): raise
         raise no_space_error(path) from e

@@ -435,7 +435,7 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
     hist = train_surgery(module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False)
     module.eval()
     save_surgery(module, run.dir/'surgery'/merge/domain/arm.dirname, merged_model=str(merges_dir(run)/merge),
-                 domain=domain, loss=arm.loss, seed=arm.seed)
+                 expert=(run.profile.hub_ids or {}).get(domain) or str(run.profile.experts[domain]), domain=domain, loss=arm.loss, seed=arm.seed)
     return module, hist[-1]
 
 def run_arm(run: Run, # the run
