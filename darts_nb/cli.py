@@ -6,11 +6,12 @@ Docs: https://darts-nb.github.io/darts_nb/cli.html.md"""
 
 # %% ../nbs/22_cli.ipynb #7ce2d600
 from __future__ import annotations
-import argparse, errno, os, sys, time
+import argparse, errno, os, sys
+from .core import LineLog, default_device
 
 # %% auto #0
 __all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
-           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'LineLog', 'main']
+           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'main']
 
 # %% ../nbs/22_cli.ipynb #a19129b7
 PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
@@ -136,7 +137,12 @@ def cmd_merge(a, ap):
     from darts_nb.runs import models_key
     prof = get_profile(a.profile)
     run = make_run(a.profile, a.name, a.quick, device=a.device) if a.score else Run('merge', prof, a.quick, device=a.device, models_key=models_key(prof))
-    print(stage_merges(run, a.only).to_string(index=False))
+    done = stage_merges(run, a.only)
+    print(done.to_string(index=False))
+    failed = list(done.loc[done.status == 'failed', 'name']) if 'status' in done else []
+    if failed:  # said, and the exit status says it: a sweep with holes is not a success
+        print(f'darts merge: error: {len(failed)} merge(s) failed: {", ".join(failed)} (their errors are above)', file=sys.stderr)
+        return 1
     if a.score: score_merges(run, a.only); print(sweep_table(run).round(1).to_string())
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c3
@@ -217,35 +223,6 @@ def cmd_lm_eval(a, ap):
 COMMANDS = {'lm-eval': cmd_lm_eval, 'zoo': cmd_zoo, 'merge': cmd_merge, 'surgery': cmd_surgery, 'eval': cmd_eval, 'report': cmd_report, 'run': cmd_run, 'fetch': cmd_fetch}
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c6
-class LineLog:
-    "A text stream for logs: progress bars' carriage-return repaints become one line every `every` seconds, and their last state."
-    def __init__(self, stream, # where lines go (e.g. sys.stderr)
-                 every: float = 30.0, # seconds between two lines of one bar
-                ):
-        self.stream, self.every, self.cur, self.bar, self.shown, self.last = stream, every, '', '', True, float('-inf')
-    def write(self, s: str) -> int:
-        for i, seg in enumerate(s.split('\r')):
-            if i: self._repaint()
-            *lines, self.cur = (self.cur + seg).split('\n')
-            for line in lines: self._line(line)
-        return len(s)
-    def _repaint(self):
-        "A carriage return: the text before it is a bar's state, shown only now and then (a blank one clears the bar)."
-        text, self.cur = self.cur.rstrip(), ''
-        if text:
-            self.bar, self.shown = text, False
-            if time.monotonic() - self.last >= self.every: self._show()
-        elif self.bar and not self.shown: self._show()
-    def _line(self, line: str):
-        if line.strip(): self._emit(line.rstrip()); self.bar, self.shown, self.last = '', True, float('-inf')  # the next bar shows its start
-        elif self.bar and not self.shown: self._show()
-    def _show(self): self._emit(self.bar); self.shown = True
-    def _emit(self, text: str):
-        self.stream.write(text + '\n'); self.stream.flush(); self.last = time.monotonic()
-    def flush(self): self.stream.flush()
-    def isatty(self) -> bool: return False
-    def __getattr__(self, k): return getattr(self.stream, k)
-
 def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
         ) -> int:
     "Entry point of the `darts` console script."
@@ -255,17 +232,14 @@ def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
     err_stream = sys.stderr
     if not err_stream.isatty() and not isinstance(err_stream, LineLog): sys.stderr = LineLog(err_stream)
     try:
-        if getattr(a, 'device', None):
-            from darts_nb.core import default_device
-            default_device(a.device)  # a device this machine lacks: said before any work
-        COMMANDS[a.cmd](a, ap)
+        if getattr(a, 'device', None): default_device(a.device)  # a device this machine lacks: said before any work
+        return COMMANDS[a.cmd](a, ap) or 0
     except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT): raise
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr); return 2   # a full disk: said once, nothing half-written
     finally: sys.stderr = err_stream
-    return 0
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c7
 def _in_ipython() -> bool:

@@ -6,15 +6,15 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
-import os, errno, random, hashlib, json, secrets, shutil, ctypes
+import os, errno, random, hashlib, json, secrets, shutil, ctypes, time
 from contextlib import contextmanager
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
            'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'pyplot',
-           'save_figure', 'in_notebook', 'check_choice']
+           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'LineLog',
+           'pyplot', 'save_figure', 'in_notebook', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -223,6 +223,36 @@ def write_json(path: str|Path, # the file to write
               ) -> Path:
     "Write `obj` as indented, key-sorted JSON to `path` atomically."
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+# %% ../nbs/00_core.ipynb #5b0c1a21
+class LineLog:
+    "A text stream for logs: progress bars' carriage-return repaints become one line every `every` seconds, and their last state."
+    def __init__(self, stream, # where lines go (e.g. sys.stderr)
+                 every: float = 30.0, # seconds between two lines of one bar
+                ):
+        self.stream, self.every, self.cur, self.bar, self.shown, self.last = stream, every, '', '', True, float('-inf')
+    def write(self, s: str) -> int:
+        for i, seg in enumerate(s.split('\r')):
+            if i: self._repaint()
+            *lines, self.cur = (self.cur + seg).split('\n')
+            for line in lines: self._line(line)
+        return len(s)
+    def _repaint(self):
+        "A carriage return: the text before it is a bar's state, shown only now and then (a blank one clears the bar)."
+        text, self.cur = self.cur.rstrip(), ''
+        if text:
+            self.bar, self.shown = text, False
+            if time.monotonic() - self.last >= self.every: self._show()
+        elif self.bar and not self.shown: self._show()
+    def _line(self, line: str):
+        if line.strip(): self._emit(line.rstrip()); self.bar, self.shown, self.last = '', True, float('-inf')  # the next bar shows its start
+        elif self.bar and not self.shown: self._show()
+    def _show(self): self._emit(self.bar); self.shown = True
+    def _emit(self, text: str):
+        self.stream.write(text + '\n'); self.stream.flush(); self.last = time.monotonic()
+    def flush(self): self.stream.flush()
+    def isatty(self) -> bool: return False
+    def __getattr__(self, k): return getattr(self.stream, k)
 
 # %% ../nbs/00_core.ipynb #5b0c1a09
 def pyplot():

@@ -78,9 +78,11 @@ def data_key(eval_profile: str # 'toy' (the generated domains) or 'paper' (the b
 def run_inputs(profile: Profile, # a resolved profile
                models: str, # `models_key(profile)`
                eval_limit: int|None, # eval items per domain
+               judge: str|None = None, # paper tasks: the AlpacaEval judge's annotators config (None: not judged)
               ) -> dict:
-    "What every row of a run is computed from besides its own key: the checkpoints, the evaluation tasks and limit, and the data."
-    return dict(models=models, tasks=profile.eval_profile, eval_limit=eval_limit, data=data_key(profile.eval_profile))
+    "What every row of a run is computed from besides its own key: the checkpoints, the evaluation tasks and limit, the data (and the judge)."
+    d = dict(models=models, tasks=profile.eval_profile, eval_limit=eval_limit, data=data_key(profile.eval_profile))
+    return {**d, 'judge': judge} if profile.eval_profile == 'paper' else d  # another judge, other AlpacaEval win rates
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c0a
 def read_run_json(path: Path # a run's run.json
@@ -105,7 +107,8 @@ def check_same_inputs(name: str, # the run's name
     if was is None:
         raise ValueError(f"run {name!r} was recorded by an older darts_nb, whose results do not say what they were computed from: "
                          f"they still read (darts report {name}), but take no new rows; use another --name")
-    what = {'eval_limit': 'eval items per domain (--eval-limit)', 'tasks': 'evaluation tasks', 'data': 'calibration and evaluation data', 'models': 'checkpoints'}
+    what = {'eval_limit': 'eval items per domain (--eval-limit)', 'tasks': 'evaluation tasks', 'data': 'calibration and evaluation data',
+            'models': 'checkpoints', 'judge': 'the AlpacaEval judge (--judge)'}
     diff = [f"{what.get(k, k)}: {was.get(k)!r} then, {new.get(k)!r} now" for k in new if was.get(k) != new.get(k)]
     raise ValueError(f"run {name!r} recorded its results with other inputs ({'; '.join(diff)}), so they would be taken for these: "
                      f"run it with the same settings, or use another --name (or delete {meta.parent})")

@@ -6,13 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import json, re, shutil
+import json, re, shutil, sys
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, set_seed, write_json, stable_hash, default_device
+from .core import darts_home, set_seed, write_json, stable_hash, default_device, LineLog
 from .domains import DOMAINS, METRICS, CALIB_TEXTS
 from .inputs import (models_key, run_inputs, read_run_json, check_same_inputs, check_run_args, pick_configs, calib_items,
                              item_texts, config_by_role, source_key)
@@ -170,7 +170,7 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
         raise ValueError(f"run {name!r} was made with other models (profile {old['profile'].get('name')!r}, models {old.get('models_key')!r}; "
                          f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
     limit = eval_limit if eval_limit is not None else (60 if quick else None)
-    inputs = run_inputs(prof, key, limit)
+    inputs = run_inputs(prof, key, limit, judge)
     if old is not None: check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
     run = Run(name, prof, quick, limit, device, key, workers, judge, batch_size, keep_merges, stable_hash(inputs))
     write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge,
@@ -267,6 +267,7 @@ _WORKER_RUNS = {}  # in a worker process: the Run of each spec, so that jobs reu
 
 def _worker_init():
     torch.set_num_threads(1)
+    if not sys.stderr.isatty(): sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
 
 def _in_worker(spec: dict, name: str, args: tuple) -> dict:
     "A job run in a worker process: rebuild (or reuse) the run, call the job function."
