@@ -6,12 +6,12 @@ Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
 # %% ../nbs/03_zoo.ipynb #9df22916
 from __future__ import annotations
-import json, math, random, re, shutil, time
+import json, math, random, re, shutil, sys, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice
+from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice, LineLog
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
 from .hub import PAPER_MODELS, resolve_models, is_hub_id, CorruptFile, read_json, check_safetensors, check_checkpoint_files
 
@@ -432,9 +432,13 @@ def main(argv: list[str]|None = None):
     ap.add_argument('--table', action='store_true', help='score each model on each domain')
     ap.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
     a = ap.parse_args(argv)
-    t0 = time.time(); paths = build_zoo(a.size, a.seed)
-    print(f'zoo {a.size} ready in {zoo_dir(a.size, a.seed)} ({time.time() - t0:.0f} s)')
-    if a.table: print(zoo_table(paths, a.limit).round(1).to_string())
+    err = sys.stderr
+    if not err.isatty() and not isinstance(err, LineLog): sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
+    try:
+        t0 = time.time(); paths = build_zoo(a.size, a.seed)
+        print(f'zoo {a.size} ready in {zoo_dir(a.size, a.seed)} ({time.time() - t0:.0f} s)')
+        if a.table: print(zoo_table(paths, a.limit).round(1).to_string())
+    finally: sys.stderr = err
     return paths
 
 if __name__ == '__main__' and not in_notebook(): main()

@@ -39,7 +39,7 @@ def _execute(name: str) -> tuple:
     from nbdev.test import test_nb
     from nbdev.config import get_config
     flags = get_config().tst_flags.split()
-    ok, secs = test_nb(BUILD/'exec'/name, skip_flags=flags, save=True, showerr=True, basepath=ROOT)
+    ok, secs = test_nb(BUILD/'exec'/name, skip_flags=flags, save=True, showerr=True, basepath=ROOT, cell_timeout=1800)  # a loaded machine
     return name, ok, secs
 
 def execute(names: list[str], n_workers: int) -> list[str]:
