@@ -12,9 +12,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, atomic_path, darts_home, path_fingerprint
+from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, darts_home, path_fingerprint, save_dir
 from .zoo import check_vocab
-from .surgery import save_dir
 
 # %% auto #0
 __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'build_cache',

@@ -13,8 +13,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
            'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'LineLog',
-           'pyplot', 'save_figure', 'in_notebook', 'check_choice']
+           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'save_dir',
+           'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -223,6 +223,45 @@ def write_json(path: str|Path, # the file to write
               ) -> Path:
     "Write `obj` as indented, key-sorted JSON to `path` atomically."
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+# %% ../nbs/00_core.ipynb #5b0c1a31
+def save_dir(path: str|Path, # the folder to write
+             files: dict, # file name -> content: bytes, str, or a function that writes the file at the path it is given
+             own: set|frozenset, # names an existing `path` may hold (the saved thing's own files): it is replaced only then
+             what: str, # what is saved, for messages ('surgery module')
+            ) -> Path:
+    "Write `files` as folder `path`, atomically; an existing folder holding anything but `own` files is refused, never replaced."
+    path = Path(path)
+    if path.exists() and not path.is_dir(): raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
+    foreign = sorted(set(os.listdir(path)) - set(own)) if path.is_dir() else []
+    if foreign: raise FileExistsError(f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
+                                      f"refusing to replace it (that would delete them): save the {what} into a folder of its own")
+    with atomic_path(path) as tmp:  # another writer's folder arriving meanwhile is exchanged with (atomic_path)
+        tmp.mkdir()
+        for name, data in files.items(): data(tmp/name) if callable(data) else (tmp/name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+def _read_at(dir_fd: int, name: str) -> bytes|None:
+    try: fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError: return None
+    with os.fdopen(fd, 'rb') as f: return f.read()
+
+def read_dir(path: str|Path, # a folder written by `save_dir`
+             names, # the file names wanted
+             tries: int = 50, # attempts while the folder is being replaced
+            ) -> dict:
+    "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even while a save replaces it."
+    for _ in range(tries):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # absent for an instant where renameat2 is missing
+            try:
+                out = {n: _read_at(fd, n) for n in names}
+                now, mine = os.stat(path), os.fstat(fd)  # a file is absent: really, or is this version being removed?
+                if all(v is not None for v in out.values()) or ((now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink): return out
+            finally: os.close(fd)
+        except FileNotFoundError: pass
+        time.sleep(0.01)
+    raise FileNotFoundError(f"path={str(path)!r}: no folder here (or it kept being replaced during {tries} attempts)")
 
 # %% ../nbs/00_core.ipynb #5b0c1a21
 class LineLog:

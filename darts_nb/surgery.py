@@ -6,13 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
-import math, json, os, errno, time, inspect
+import math, json, os, inspect
 from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .core import positions_from_mask, lm_head, atomic_path, check_choice, stable_hash
+from .core import positions_from_mask, lm_head, check_choice, stable_hash, save_dir, read_dir
 _all_ = ['positions_from_mask']
 
 # %% auto #0
@@ -20,8 +20,8 @@ __all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG',
            'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
            'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
            'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids', 'check_finite', 'surgery_of',
-           'detach_surgery', 'attach_surgery', 'surgery', 'save_dir', 'read_dir', 'save_surgery', 'read_surgery_config',
-           'load_surgery', 'positions_from_mask']
+           'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'read_surgery_config', 'load_surgery',
+           'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _check_size(name, value, lo=1):
@@ -382,48 +382,6 @@ def surgery(model, # a Hugging Face causal LM
         if prev is not None: attach_surgery(model, prev)
 
 # %% ../nbs/04_surgery.ipynb #a9b4d2be
-def save_dir(path: str|Path, # the folder to write
-             files: dict, # file name -> content: bytes, str, or a function that writes the file at the path it is given
-             own: set|frozenset, # names an existing `path` may hold (the saved thing's own files): it is replaced only then
-             what: str, # what is saved, for messages ('surgery module')
-            ) -> Path:
-    "Write `files` as folder `path`, atomically; an existing folder holding anything but `own` files is refused, never replaced."
-    path = Path(path)
-    if path.exists() and not path.is_dir(): raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
-    foreign = sorted(set(os.listdir(path)) - set(own)) if path.is_dir() else []
-    if foreign: raise FileExistsError(f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
-                                      f"refusing to replace it (that would delete them): save the {what} into a folder of its own")
-    for attempt in range(3):
-        try:
-            with atomic_path(path) as tmp:
-                tmp.mkdir()
-                for name, data in files.items(): data(tmp/name) if callable(data) else (tmp/name).write_bytes(data.encode() if isinstance(data, str) else data)
-            return path
-        except OSError as e:  # another writer put `path` in place between atomic_path's look and its rename: swap again
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == 2: raise
-
-def _read_at(dir_fd: int, name: str) -> bytes|None:
-    try: fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-    except FileNotFoundError: return None
-    with os.fdopen(fd, 'rb') as f: return f.read()
-
-def read_dir(path: str|Path, # a folder written by `save_dir`
-             names, # the file names wanted
-             tries: int = 50, # attempts while the folder is being replaced
-            ) -> dict:
-    "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even while a save replaces it."
-    for _ in range(tries):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # absent for an instant where renameat2 is missing
-            try:
-                out = {n: _read_at(fd, n) for n in names}
-                now, mine = os.stat(path), os.fstat(fd)  # a file is absent: really, or is this version being removed?
-                if all(v is not None for v in out.values()) or ((now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink): return out
-            finally: os.close(fd)
-        except FileNotFoundError: pass
-        time.sleep(0.01)
-    raise FileNotFoundError(f"path={str(path)!r}: no folder here (or it kept being replaced during {tries} attempts)")
-
 WEIGHTS, CONFIG = 'surgery_model.safetensors', 'surgery_config.json'
 OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
 
