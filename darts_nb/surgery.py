@@ -6,22 +6,23 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
-import math, json, os, inspect
+import math, json, os, inspect, tempfile, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import positions_from_mask, lm_head, check_choice, stable_hash, save_dir, read_dir
 _all_ = ['positions_from_mask']
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG', 'OLD_WEIGHTS', 'OLD_CONFIG', 'SurgeryModule',
-           'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
+__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG', 'CARD', 'OLD_WEIGHTS', 'OLD_CONFIG',
+           'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
            'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
            'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids', 'check_finite', 'surgery_of',
-           'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'read_surgery_config', 'load_surgery',
-           'positions_from_mask']
+           'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'surgery_card', 'read_surgery_config',
+           'load_surgery', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _check_size(name, value, lo=1):
@@ -330,6 +331,7 @@ def detach_surgery(model # a causal LM
     st = model.__dict__.pop('_darts_surgery', None)
     if st is None: return None
     for hd in st['handles']: hd.remove()
+    for k in ('extra_repr', 'save_pretrained'): model.__dict__.pop(k, None)
     return st['module']
 
 def attach_surgery(model, # a Hugging Face causal LM
@@ -364,25 +366,31 @@ def attach_surgery(model, # a Hugging Face causal LM
     handles = [model.register_forward_pre_hook(record, with_kwargs=True),
                model.register_forward_hook(clear, with_kwargs=True, always_call=True),
                head.register_forward_pre_hook(correct)]
-    model.__dict__['_darts_surgery'] = dict(module=module, handles=handles, state=state)
+    def save_pretrained(save_directory, *a, **k):  # the checkpoint alone would silently lose the correction
+        out, beside = type(model).save_pretrained(model, save_directory, *a, **k), Path(save_directory)/'darts_surgery'
+        warnings.warn(f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, to {beside} "
+                      f"(SurgeryModule.from_pretrained, then attach_surgery)", stacklevel=2); save_surgery(module, beside, **getattr(module, 'meta', {}))
+        return out
+    model.__dict__.update(_darts_surgery=dict(module=module, handles=handles, state=state), save_pretrained=save_pretrained,
+                          extra_repr=lambda: f'darts_surgery={module.kind}(hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len})')
     return model
 
 # %% ../nbs/04_surgery.ipynb #a7c46803
 @contextmanager
 def surgery(model, # a Hugging Face causal LM
-            module: SurgeryModule|None, # the module to apply inside the block; None: the plain model
+            module: SurgeryModule|str|None, # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
            ):
     "Attach `module` to `model` inside a `with` block, then restore what was attached before."
     prev = detach_surgery(model)
     try:
-        if module is not None: attach_surgery(model, module)
+        if module is not None: attach_surgery(model, model.__dict__['_darts_named'][module] if isinstance(module, str) else module)
         yield model
     finally:
         detach_surgery(model)
         if prev is not None: attach_surgery(model, prev)
 
 # %% ../nbs/04_surgery.ipynb #a9b4d2be
-WEIGHTS, CONFIG = 'surgery_model.safetensors', 'surgery_config.json'
+WEIGHTS, CONFIG, CARD = 'surgery_model.safetensors', 'surgery_config.json', 'README.md'
 OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
 
 def _merge_config_hash(merged_model) -> str|None:
@@ -395,7 +403,7 @@ def _own_files(path: Path) -> set:
     "The files a module folder at `path` may hold: the old format's only where `path` is an old module (not a model's config.json)."
     try: old = (path/OLD_WEIGHTS).is_file() or json.loads((path/OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
     except Exception: old = False
-    return {WEIGHTS, CONFIG} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
+    return {WEIGHTS, CONFIG, CARD} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
 
 def save_surgery(module: SurgeryModule, # the module to save (finite weights)
                  path: str|Path, # a folder of its own: created, or replaced when it holds a module only
@@ -410,8 +418,21 @@ def save_surgery(module: SurgeryModule, # the module to save (finite weights)
     cfg = {**{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')}, **meta, **module.config(),
            'version': darts_nb.__version__, 'dtype': str(module.down.weight.dtype).replace('torch.', '')}
     weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
-    files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str)}
+    files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str), CARD: surgery_card(cfg)}
     return save_dir(path, files, _own_files(path), 'surgery module')
+
+def surgery_card(cfg: dict # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
+                ) -> str:
+    "The module's model card (README.md): what it corrects, how it was calibrated, its held-out numbers, how to load it."
+    g = lambda k: cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
+    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
+    return (f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n# DARTS surgery module: "
+            f"{cfg.get('kind')}, {g('domain')}\n\nCorrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
+            f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: hidden size {cfg.get('hidden_size')}, rank "
+            f"{cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb "
+            f"{g('version')}). Held-out rho_L1: {g('rho_l1')}.\n\n| held-out score | value |\n|---|---|\n{rows}\n```python\n"
+            f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
+            f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n")
 
 # %% ../nbs/04_surgery.ipynb #a9b4d202
 def _parse_config(data: bytes, where: Path) -> dict:
@@ -454,3 +475,26 @@ def load_surgery(path: str|Path, # a folder written by `save_surgery`
     check_finite(module, str(wfile))
     module.meta = cfg
     return module.to(device or 'cpu').eval()
+
+@patch(cls_method=True)
+def from_pretrained(cls: SurgeryModule, path_or_id: str|Path, # a folder written by `save_surgery`, or a hub repo id holding one
+                    revision: str|None = None, **kw, # the hub revision; `load_surgery`'s expect_hidden, device
+                   ) -> SurgeryModule:
+    "A saved module from a local folder or the hub (downloaded into the hub cache; offline: only what the cache holds)."
+    p = Path(str(path_or_id)).expanduser()
+    if not p.is_dir():
+        from huggingface_hub import snapshot_download
+        p = Path(snapshot_download(str(path_or_id), revision=revision, allow_patterns=[CONFIG, WEIGHTS, CARD]))
+    return load_surgery(p, **kw)
+
+@patch
+def push_to_hub(self: SurgeryModule, repo_id: str, # the hub repo to create or update
+                private: bool|None = None, token: str|None = None, # the repo's visibility; a token (default: the logged-in one)
+                api=None, **meta, # a `huggingface_hub.HfApi` (tests: a stand-in); provenance and held-out results (`save_surgery`)
+               ) -> str:
+    "Save this module (config, weights, model card) and upload it to the hub repo `repo_id`; the commit's URL."
+    if api is None: from huggingface_hub import HfApi; api = HfApi(token=token)
+    with tempfile.TemporaryDirectory() as d:
+        folder = save_surgery(self, Path(d)/'module', **{**getattr(self, 'meta', {}), **meta})
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'DARTS {self.kind} module'))

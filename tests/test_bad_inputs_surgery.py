@@ -11,7 +11,7 @@ from darts_nb.cache import HiddenCache, TENSORS, META, cache_key, cache_path, ge
 from darts_nb import cache as cache_mod
 from darts_nb.core import tiny_llama
 from darts_nb.surgery import (PositionSurgery, StandardSurgery, TokenSurgery, save_surgery, load_surgery, read_surgery_config,
-                              attach_surgery, surgery_of, CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS)
+                              attach_surgery, surgery_of, CONFIG, WEIGHTS, CARD, OLD_CONFIG, OLD_WEIGHTS)
 from darts_nb.train import train_surgery
 
 H = 8
@@ -51,14 +51,14 @@ def model_dir(p):
     p.mkdir(); (p/'model.safetensors').write_bytes(b'model weights'); (p/'config.json').write_text('{"model_type": "llama"}'); return p
 def model_config_only(p):
     p.mkdir(); (p/'config.json').write_text('{"model_type": "llama"}'); return p
-def module_and_readme(p):
-    save_surgery(filled(1.), p); (p/'README.md').write_text('notes'); return p
+def module_and_notes(p):
+    save_surgery(filled(1.), p); (p/'notes.txt').write_text('notes'); return p   # README.md is the module's own card
 def a_file(p): p.write_text('a file'); return p
 
 REFUSED_DESTINATIONS = [  # (case, make the destination, error type, what the message must name)
     ('a model folder (issue 16: the model was deleted)', model_dir, FileExistsError, 'model.safetensors'),
     ("a folder holding only a model's config.json", model_config_only, FileExistsError, "['config.json']"),
-    ('a module folder with a README beside it', module_and_readme, FileExistsError, 'README.md'),
+    ('a module folder with notes beside it', module_and_notes, FileExistsError, 'notes.txt'),
     ('a file', a_file, NotADirectoryError, 'not a folder'),
 ]
 
@@ -81,7 +81,7 @@ REPLACED_DESTINATIONS = [  # (case, make the destination)
 def test_save_replaces_a_module_folder(tmp_path, case, make):
     dest = tmp_path/'dest'; make(dest)
     save_surgery(filled(2.), dest, domain='code', seed=5)
-    assert sorted(os.listdir(dest)) == [CONFIG, WEIGHTS]                   # the old format's files are the module's own: gone
+    assert sorted(os.listdir(dest)) == sorted([CONFIG, WEIGHTS, CARD])                  # the old format's files are the module's own: gone
     m = load_surgery(dest)
     assert same_module(m, 2.) and m.meta['seed'] == 5 and leftovers(tmp_path) == []
 
@@ -239,7 +239,7 @@ def test_sigkill_during_saves_never_leaves_the_destination_incomplete(tmp_path):
     finally:
         if child.poll() is None: child.kill(); child.wait()
     m = load_surgery(p)
-    assert same_module(m, float(m.meta['seed'])) and sorted(os.listdir(p)) == [CONFIG, WEIGHTS]
+    assert same_module(m, float(m.meta['seed'])) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
     assert seen == {1, 2}                                                   # the loads really ran during the saves
     assert os.listdir(tmp_path) == ['m'] or all(n.startswith('.m.tmp-') for n in os.listdir(tmp_path) if n != 'm')
 
@@ -442,7 +442,7 @@ def test_real_full_disk_on_a_tiny_tmpfs(tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for name, path in (('cache', f'{d}/c'), ('module', f'{d}/m')):
         assert out[name][0] == errno.ENOSPC and f'no space left on the device while writing {path}' in out[name][1], out
-    assert out['files'] == ['c', 'm', META, TENSORS, CONFIG, WEIGHTS]       # no temporary sibling, no partial file
+    assert out["files"] == ["c", "m", META, TENSORS, *sorted([CONFIG, WEIGHTS, CARD])]       # no temporary sibling, no partial file
     assert out['cache_v'] == 1 and out['module_seed'] == 1
 
 # ---------------------------------------------------------------------------------------------------------

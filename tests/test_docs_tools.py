@@ -19,6 +19,10 @@ def test_links_to_the_published_site_become_local_and_fit_mkdocs_headings():
     assert build_docs._local_links(md, URL) == ('[`run_code`](sandbox.html#run_code), [`HiddenCache.save`](cache.html#hiddencachesave), '
                                                 '`_sandboxed`, [source](https://github.com/x#L3)')
 
+def test_headings_keep_no_links():
+    assert build_docs._local_links(f'## The [`ci`]({URL}report.html#ci) zoo\ntext [`ci`]({URL}report.html#ci)', URL) == \
+           '## The `ci` zoo\ntext [`ci`](report.html#ci)'
+
 def test_cells_are_valid_nbformat_and_echo_false_hides_the_source():
     c = build_docs._for_mkdocs({'cell_type': 'code', 'source': '#| echo: false\n#| output: asis\nshow_doc(f)', 'has_sd': True,
                                 'metadata': {'execution': {'total': 0.1}}, 'outputs': [], 'execution_count': 1}, 3)
