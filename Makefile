@@ -10,8 +10,10 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
-# Tests keep their zoo, merges and runs inside the checkout, never in the user's cache.
+# Tests keep their zoo, merges and runs inside the checkout, never in the user's cache (remote-code modules of exported
+# checkpoints included: HF_MODULES_CACHE).
 TEST_HOME := $(CURDIR)/.darts_home
+TEST_ENV := DARTS_HOME=$(TEST_HOME) HF_MODULES_CACHE=$(TEST_HOME)/hf_modules
 
 .PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
 
@@ -58,16 +60,16 @@ zoo-ci: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) -m darts_nb.zoo --size ci
 
 nbtest: $(STAMP)
-	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 2 --timing
+	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 2 --timing
 
 pytest: $(STAMP)
-	DARTS_HOME=$(TEST_HOME) $(BIN)/pytest -q tests/
+	$(TEST_ENV) $(BIN)/pytest -q tests/
 
 test-slow: $(STAMP) zoo-ci
-	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 2 --flags slow --timing
+	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 2 --flags slow --timing
 
 test-cuda: $(STAMP) zoo-ci
-	DARTS_HOME=$(TEST_HOME) $(BIN)/nbdev-test --n-workers 1 --flags "slow cuda" --timing
+	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 1 --flags "slow cuda" --timing
 	$(PY) bench/bench_table8.py --device cuda --out $(TEST_HOME)/table8
 
 bench: $(STAMP)
@@ -88,7 +90,7 @@ docs: $(DOCS_STAMP) zoo-ci
 	@if command -v quarto >/dev/null; then $(BIN)/nbdev-docs; else $(MAKE) docs-site; fi
 
 docs-site: $(DOCS_STAMP) zoo-ci
-	DARTS_HOME=$(TEST_HOME) $(PY) tools/build_docs.py
+	$(TEST_ENV) $(PY) tools/build_docs.py
 
 # Headless Chromium (Debian's package, installed if missing) opens every page of the MkDocs site and checks it.
 docs-check: docs-site

@@ -6,10 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/deploy.html.md"""
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d003
 from __future__ import annotations
-from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of
+import json
+from pathlib import Path
+from .core import atomic_path
+from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of, save_surgery
 
 # %% auto #0
-__all__ = ['add_surgery', 'set_surgery', 'active_surgery']
+__all__ = ['MODELING', 'add_surgery', 'set_surgery', 'active_surgery', 'export_corrected']
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d005
 def add_surgery(model, # a Hugging Face causal LM
@@ -37,3 +40,38 @@ def active_surgery(model # a causal LM
     "The name of the named module attached to `model` now (None: none, or one attached without a name)."
     m = surgery_of(model)
     return next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None) if m is not None else None
+
+# %% ../nbs/04a_deploy.ipynb #e4a0d011
+MODELING = '''"A causal LM with its DARTS surgery module attached on load (written by darts_nb.deploy.export_corrected)."
+from pathlib import Path
+from transformers import {arch}
+
+class DartsForCausalLM({arch}):
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        from darts_nb.surgery import attach_surgery, load_surgery
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        folder = Path(str(pretrained_model_name_or_path))
+        if not folder.is_dir():  # a hub repo: its darts_surgery/ folder, from the hub cache
+            from huggingface_hub import snapshot_download
+            folder = Path(snapshot_download(str(pretrained_model_name_or_path), revision=kwargs.get('revision'), allow_patterns=['darts_surgery/*']))
+        return attach_surgery(model, load_surgery(folder/'darts_surgery', expect_hidden=model.config.hidden_size))
+'''
+
+def export_corrected(model, # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
+                     module: SurgeryModule, # the surgery module to build in
+                     out_dir: str|Path, # the checkpoint folder to write (replaced atomically)
+                     tokenizer=None, # saved beside, so the folder is complete for pipelines and lm-eval
+                     **meta, # provenance for the module's config and card (see `surgery.save_surgery`)
+                    ) -> Path:
+    "One checkpoint (merged weights + module + `auto_map` modelling code) that loads corrected with `trust_remote_code=True`."
+    arch = type(model).__name__
+    with atomic_path(out_dir) as tmp:
+        type(model).save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached
+        if tokenizer is not None: tokenizer.save_pretrained(tmp)
+        save_surgery(module, tmp/'darts_surgery', **{**getattr(module, 'meta', {}), **meta})
+        (tmp/'modeling_darts.py').write_text(MODELING.format(arch=arch))
+        cfg = json.loads((tmp/'config.json').read_text())
+        cfg['auto_map'] = {'AutoModelForCausalLM': 'modeling_darts.DartsForCausalLM'}
+        (tmp/'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    return Path(out_dir)

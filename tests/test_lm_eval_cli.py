@@ -55,3 +55,14 @@ def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_appli
     attach_surgery(model, load_surgery(mod))
     df = evaluate_model(model, tok, ['math'], limit=LIMIT)
     assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
+
+def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(tmp_path, expert, monkeypatch):
+    "export_corrected's one folder, given to lm-eval's plain `hf` model with trust_remote_code: the darts model's answers."
+    from darts_nb.deploy import export_corrected
+    monkeypatch.setenv('HF_MODULES_CACHE', str(tmp_path/'hf_modules'))
+    mod = module_dir(tmp_path, False)
+    model, tok = load_model(str(expert), 'cpu')
+    out = export_corrected(model, load_surgery(mod), tmp_path/'corrected', tokenizer=tok)
+    hf = lm_eval(tmp_path/'hf', '--model', 'hf', '--model_args', f'pretrained={out},trust_remote_code=True', '--include_path', str(tasks_dir()))
+    darts = lm_eval(tmp_path/'darts', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval')
+    assert hf == darts
