@@ -21,7 +21,7 @@ def test_links_to_the_published_site_become_local_and_fit_mkdocs_headings():
 
 def test_headings_keep_no_links():
     assert build_docs._local_links(f'## The [`ci`]({URL}report.html#ci) zoo\ntext [`ci`]({URL}report.html#ci)', URL) == \
-           '## The `ci` zoo\ntext [`ci`](report.html#ci)'
+           '## The ci zoo\ntext [`ci`](report.html#ci)'
 
 def test_cells_are_valid_nbformat_and_echo_false_hides_the_source():
     c = build_docs._for_mkdocs({'cell_type': 'code', 'source': '#| echo: false\n#| output: asis\nshow_doc(f)', 'has_sd': True,

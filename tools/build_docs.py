@@ -89,7 +89,8 @@ def _local_links(t: str, doc_url: str) -> str:
     "Links to the published site made relative, and fitted to MkDocs (see `_anchor`); show_doc's pandoc link attributes dropped."
     t = t.replace(doc_url, '')
     t = re.sub(r'\{target="_blank" style="[^"]*"\}', '', t)
-    t = re.sub(r'(?m)^(#+ .*)$', lambda m: re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', m.group(1)), t)  # no links in headings (their anchors)
+    t = re.sub(r'(?m)^(#+ .*)$', lambda m: re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', m.group(1)).replace('`', ''), t)  # headings: plain
+    # text, so that the table of contents' anchors (MkDocs drops code spans) are the headings' ids (nbconvert keeps their text)
     return re.sub(r'\[([^\]\n]*)\]\(([\w-]+\.html)#([\w.]+)\)', _anchor, t)
 
 def _anchor(m) -> str:
