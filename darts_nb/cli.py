@@ -7,7 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/cli.html.md"""
 # %% ../nbs/22_cli.ipynb #7ce2d600
 from __future__ import annotations
 import argparse, errno, os, sys
-from .core import LineLog, default_device
+from .core import LineLog, default_device, in_notebook
 
 # %% auto #0
 __all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
@@ -242,8 +242,4 @@ def main(argv: list[str]|None = None # the arguments (default: sys.argv[1:])
     finally: sys.stderr = err_stream
 
 # %% ../nbs/22_cli.ipynb #c1a1b2c7
-def _in_ipython() -> bool:
-    "True inside IPython or Jupyter, where `__name__` is also '__main__' (core.in_notebook's test, without importing core)."
-    return 'IPython' in sys.modules and sys.modules['IPython'].get_ipython() is not None
-
-if __name__ == '__main__' and not _in_ipython(): sys.exit(main())
+if __name__ == '__main__' and not in_notebook(): sys.exit(main())

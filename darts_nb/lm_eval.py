@@ -7,6 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/lm_eval.html.md"""
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a003
 from __future__ import annotations
 import sys
+from .core import in_notebook
 
 # %% auto #0
 __all__ = ['darts_model_class', 'register_darts_model', 'main']
@@ -49,4 +50,4 @@ def main(argv: list[str]|None = None # lm-eval's arguments (default: sys.argv[1:
     return 0
 
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a006
-if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())
+if __name__ == '__main__' and not in_notebook(): sys.exit(main())
