@@ -75,6 +75,7 @@ test-cuda: $(STAMP) zoo-ci
 bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py
 	$(PY) bench/bench_check.py
+	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_ray.py
 
 export: $(STAMP)
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py

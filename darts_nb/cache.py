@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, darts_home, path_fingerprint, save_dir
 from .zoo import check_vocab
+from .lease import clean_stale
 
 # %% auto #0
 __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'build_cache',
@@ -280,6 +281,7 @@ def get_or_build_cache(merged_path: str|Path, # the merged model's directory
         try: c = HiddenCache.load(path, device=device)
         except ValueError as e: c = None; warnings.warn(f'{e}: building it again')
         if c is not None and c.meta.get('key', key) == key and c.meta.get('prompt_hash') == stable_hash(list(prompts)) and c.meta.get('max_len') == max_len: return c
+    clean_stale(path.parent)  # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
     dev = default_device(device)
     if models is None:
         from darts_nb.zoo import load_model

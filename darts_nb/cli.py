@@ -21,7 +21,8 @@ CHOICES = dict(  # the library's registries, by name (checked against them below
     loss=('l1', 'ewl1', 'kl', 'ce'),                                              # losses.LOSSES
     experiment=('experts', 'sweep', 'main', 'bias_vs_score', 'bias', 'placement', 'entropy', 'seeds', 'loss', 'module',
                 'variants', 'controls', 'calib_text', 'steps', 'rank', 'calib', 'lr', 'cost', 'summary'),  # experiments.EXPERIMENTS
-    size=('ci', 'toy'))                                                           # zoo.ZOO_SIZES
+    size=('ci', 'toy'),                                                           # zoo.ZOO_SIZES
+    executor=('local', 'ray'))                                                    # executors.EXECUTORS
 EXAMPLES = {
     'zoo': 'darts zoo --size ci --table --limit 20',
     'merge': 'darts merge --profile toy --quick --only ta-0.5 ties-w0.7-d0.3',
@@ -103,7 +104,14 @@ def _parser() -> argparse.ArgumentParser:
                    help=f'run only these, in registry order: {", ".join(CHOICES["experiment"])} (default: all, or the quick ones with --quick)')
     a.add_argument('--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)')
     a.add_argument('--device', **dev)
-    a.add_argument('--workers', type=int, default=1, help='processes computing arms and evaluations at once')
+    a.add_argument('--workers', type=int, default=1, help='processes computing jobs at once (with --executor ray and no --address: '
+                   "the local Ray instance's CPUs)")
+    a.add_argument('--executor', default='local', choices=CHOICES['executor'], help='where jobs run: this machine (local) or a Ray cluster (ray; '
+                   "pip install 'darts_nb[ray]')")
+    a.add_argument('--address', default=None, metavar='auto|HOST:PORT', help='ray: the cluster to join (default: start Ray on this machine, '
+                   'loopback only)')
+    a.add_argument('--shared-dir', default=None, metavar='DIR', help='ray: where workers write merges, caches and modules, at the same path '
+                   'on every node (default: DARTS_HOME)')
     a.add_argument('--judge', default=None, metavar='CFG', help='paper profile: the alpaca_eval annotators config that judges AlpacaEval '
                    '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged')
     a.add_argument('--batch-size', type=_batch_size, default=None, help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)")
@@ -205,7 +213,8 @@ def cmd_run(a, ap):
     from darts_nb.experiments import run_all
     _positive(ap, eval_limit=a.eval_limit, workers=a.workers)
     run_all(a.profile, a.name, a.quick, a.only, eval_limit=a.eval_limit, device=a.device, workers=a.workers,
-            judge=a.judge, batch_size=a.batch_size, keep_merges=not a.delete_merges)  # prints where the report is
+            judge=a.judge, batch_size=a.batch_size, keep_merges=not a.delete_merges, executor=a.executor, address=a.address,
+            shared_dir=a.shared_dir)  # prints where the report is
 
 def cmd_fetch(a, ap):
     "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much first)."

@@ -36,13 +36,16 @@ def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
             judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
             batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
             keep_merges: bool = True, # False: delete each sweep merge once scored
+            executor: str = 'local', # where jobs run: 'local' or 'ray' (darts_nb.executors)
+            address: str|None = None, # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster
+            shared_dir: str|None = None, # where workers write merges, caches and modules; every node sees it (None: DARTS_HOME)
            ) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     if only is not None:
         if not only: raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
         bad = [n for n in only if n not in EXPERIMENTS]
         if bad: raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
-    run = make_run(profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges)
+    run = make_run(profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges, executor, address, shared_dir)
     if only is not None: _check_applies(run, only)
     if only is None and quick: only = list(QUICK_EXPERIMENTS)
     try: _run_records(run, only)

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .core import darts_home, default_device, atomic_path, write_json, in_notebook, is_disk_full
+from .lease import clean_stale, hold_lease
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .zoo import check_compatible, tensor_shapes, NOTE_FIELDS
 
@@ -21,7 +22,7 @@ __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES
            'MODEL_ENTRY', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
            'linear_weightings', 'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths',
            'check_model_list', 'check_parameters', 'validate_config', 'check_models', 'check_merge_output',
-           'unfinished_reason', 'is_finished', 'run_merges', 'best_per_method', 'main']
+           'unfinished_reason', 'is_finished', 'run_merges', 'record_merge_failures', 'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -293,22 +294,13 @@ def _same_config(path: Path, cfg: dict) -> bool:
     import yaml
     return yaml.safe_load((path/'merge.yaml').read_text()) == json.loads(json.dumps(cfg))
 
-def _clean_stale(out_dir: Path) -> None:
-    "Remove temporary merge directories left by processes that no longer run."
-    for t in out_dir.glob('.*.tmp-*'):
-        m = re.search(r'\.tmp-(\d+)-', t.name)
-        if not m: continue
-        pid = int(m.group(1))
-        try: os.kill(pid, 0); alive = pid != os.getpid()
-        except OSError: alive = False
-        if not alive: shutil.rmtree(t, ignore_errors=True)
-
 # %% ../nbs/09_merge.ipynb #8755947c
 def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from `sweep_configs`)
                out_dir: str|Path, # merge `name` goes to out_dir/name
                device: str|None = None, # 'cpu', 'cuda', ...; default CUDA if available
                seed: int = 0, # torch / mergekit seed set before each merge (DARE masks)
                progress: bool = True, # show a tqdm bar
+               record: bool = True, # update out_dir/_failures.json (False: a cluster worker returns its rows and the driver records them)
               ) -> 'pd.DataFrame':
     "Run the merges that are not finished yet (each checked whole and finite before it counts); returns a table (name, status, seconds, error). A full disk stops the sweep with an OSError."
     import pandas as pd, yaml
@@ -317,8 +309,8 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
     for ps in {tuple(config_paths(c)) for c in configs.values()}: check_models(list(ps))
     out_dir = Path(out_dir).expanduser().absolute(); out_dir.mkdir(parents=True, exist_ok=True)
     dev = str(default_device(device))
-    _clean_stale(out_dir)
-    failures = _read_failures(out_dir/'_failures.json')
+    clean_stale(out_dir)  # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
+    if record: _read_failures(out_dir/'_failures.json')  # a damaged record stops the sweep before any work
     rows, n = [], dict(done=0, skipped=0, failed=0)
     bar = tqdm(configs.items(), desc='merge', disable=not progress)
     for name, cfg in bar:
@@ -329,7 +321,7 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
             else: status, err = 'failed', f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
         else:
             try:
-                with atomic_path(final, replace=False) as tmp:
+                with atomic_path(final, replace=False) as tmp, hold_lease(tmp):
                     tmp.mkdir()
                     _merge_one(parsed[name], tmp, dev, seed)
                     check_merge_output(tmp, config_paths(cfg)[0])
@@ -339,12 +331,23 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
             except Exception as e:
                 if is_disk_full(e): raise  # core.atomic_path's clear error, naming the merge: the sweep stops
                 status, err = 'failed', f"{type(e).__name__}: {e}"
-        if status == 'failed': failures[name] = dict(error=err, config=cfg)
-        elif name in failures: del failures[name]
         n[status] += 1; bar.set_postfix(n)
         rows.append(dict(name=name, status=status, seconds=round(time.time() - t0, 2), error=err))
-    if failures or (out_dir/'_failures.json').exists(): write_json(out_dir/'_failures.json', failures)
-    return pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
+    res = pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
+    if record: record_merge_failures(out_dir, res, configs)
+    return res
+
+def record_merge_failures(out_dir: str|Path, # the merges' folder
+                          res: 'pd.DataFrame', # `run_merges`' table (name, status, error)
+                          configs: dict[str, dict], # name -> configuration of those merges
+                         ) -> None:
+    "Record the failed merges of `res` in out_dir/_failures.json (name -> error, config) and clear the others."
+    path = Path(out_dir)/'_failures.json'
+    failures = _read_failures(path)
+    for r in res.itertuples():
+        if r.status == 'failed': failures[r.name] = dict(error=r.error, config=configs[r.name])
+        else: failures.pop(r.name, None)
+    if failures or path.exists(): write_json(path, failures)
 
 def _read_failures(path: Path) -> dict:
     "The record of failed merges (name -> error, config); {} when there is none; a clear error naming a damaged one."

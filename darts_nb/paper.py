@@ -185,7 +185,7 @@ def exp_bias(run: Run # the run
     for d in DOMAINS:
         cal = domain_cache(run, 'ta-0.5', d, 'calib')
         before[d] = token_bias(cal)
-        p = run.dir/'surgery'/'ta-0.5'/d/DARTS.dirname
+        p = run.shared/'surgery'/'ta-0.5'/d/DARTS.dirname
         if p.exists(): after[d] = token_bias(cal, load_surgery(p))
     bias_heatmap(before, after if set(after) == set(before) else None, save=figs/'figure1.png')
     plot_bias_trend(before, save=figs/'bias_trend.png')

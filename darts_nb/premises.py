@@ -183,7 +183,7 @@ def answer_measures(run: Run, # the run
                    ) -> pd.DataFrame|None:
     "Per held-out item and position bucket, at answer tokens: summed bias before and after, agreements and tokens (None: no module yet)."
     held = domain_cache(run, merge, domain, 'eval')
-    p = run.dir/'surgery'/merge/domain/arm.dirname
+    p = run.shared/'surgery'/merge/domain/arm.dirname
     if arm.kind != 'none' and not p.exists(): return None
     module = None if arm.kind == 'none' else load_surgery(p)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()

@@ -193,10 +193,10 @@ def _columns_line(run: Run) -> str:
 def unjudged_lines(run: Run # the run
                   ) -> list[str]:
     "On the paper profile without a judge: one line saying that AlpacaEval is not judged and where its outputs are."
-    if run.eval_profile != 'paper' or not (run.dir/'alpaca_eval').exists(): return []
+    if run.eval_profile != 'paper' or not (run.shared/'alpaca_eval').exists(): return []
     if len(recorded(run, domain='instruct', metric='win_rate')): return []
     return [f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
-            f"format, are in `{run.dir/'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."]
+            f"format, are in `{run.shared/'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."]
 
 def _tally(claims: list[str]) -> str:
     "'k agree, k disagree, k inconclusive' of claim lines."

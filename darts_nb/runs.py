@@ -6,20 +6,22 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import json, re, shutil, sys
+import json, re, shutil
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, set_seed, write_json, stable_hash, default_device, LineLog
-from .domains import DOMAINS, METRICS, CALIB_TEXTS
+from .core import darts_home, set_seed, write_json, stable_hash, default_device
+from .domains import DOMAINS, METRICS
 from .inputs import (models_key, run_inputs, read_run_json, check_same_inputs, check_run_args, pick_configs, calib_items,
                              item_texts, config_by_role, source_key)
 from .zoo import get_profile, load_model, Profile
-from .merge import FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method, _same_config
-from .losses import LOSSES
-from .surgery import SURGERY_KINDS, make_surgery, save_surgery, surgery
+from .merge import (FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method, _same_config,
+                            record_merge_failures)
+from .executors import Job, execute, make_executor
+from .surgery import make_surgery, save_surgery, surgery
+from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS
 from .cache import get_or_build_cache
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
@@ -27,57 +29,11 @@ from .store import record, load_results, load_items, results_path, RESULT_COLUMN
 from .evaluate import evaluate_model
 
 # %% auto #0
-__all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'JOBS', 'Arm', 'run_dir', 'Run', 'make_run',
-           'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run', 'score_job',
-           'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid',
-           'merge_state', 'need_merge', 'stage_merges', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges',
-           'calib_texts', 'domain_cache', 'run_arm', 'arm_job', 'sweep_scores', 'arms_over']
-
-# %% ../nbs/15_runs.ipynb #bfe31add
-@dataclass(frozen=True)
-class Arm:
-    "One surgery configuration; `kind='none'` is the merged model without surgery."
-    kind: str = 'position'  # 'none', or a kind of darts_nb.surgery.SURGERY_KINDS ('position' is DARTS)
-    loss: str = 'ewl1'  # a loss of darts_nb.losses.LOSSES
-    rank: int = 16  # bottleneck rank r
-    lr: float = 1e-3  # Adam learning rate
-    iters: int = 500  # training steps
-    calib_n: int = 50  # calibration prompts
-    seed: int = 0  # calibration seed (which prompts are drawn, and their order)
-    calib_text: str = 'prompt'  # 'prompt' (the paper's) or 'prompt+reference' (darts_nb.domains.CALIB_TEXTS)
-
-    def __post_init__(self):
-        kinds = ('none', *SURGERY_KINDS)
-        if self.kind not in kinds: raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
-        if self.calib_text not in CALIB_TEXTS: raise ValueError(f"calib_text={self.calib_text!r}: expected one of {CALIB_TEXTS}")
-        if self.loss not in LOSSES: raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
-        for k in ('rank', 'iters', 'calib_n'):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{k}={v!r}: expected an integer >= 1")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0): raise ValueError(f"lr={self.lr!r}: expected a number > 0")
-
-    def key(self) -> dict:
-        "The results-store columns that identify this arm."
-        if self.kind == 'none': return dict(role='merged', surgery_kind='none')
-        return dict(role='surgered', surgery_kind=self.kind, loss=self.loss, rank=self.rank, lr=self.lr, iters=self.iters,
-                    calib_n=self.calib_n, calib_text=self.calib_text, seed=self.seed)
-
-    @property
-    def label(self) -> str:
-        "'none', or the module and the loss, as the paper's tables name them ('DARTS' for position + EWL1)."
-        if self.kind == 'none': return 'none'
-        if (self.kind, self.loss) == ('position', 'ewl1'): return 'DARTS'
-        names = {'standard': 'Standard', 'position': 'Position', 'add': 'Add', 'parallel': 'Parallel', 'token': 'Token table', 'shuffled': 'Shuffled positions'}
-        return names[self.kind] + f' + {self.loss.upper()}'
-
-    @property
-    def dirname(self) -> str:
-        "The directory name of this arm's saved module."
-        ref = '' if self.calib_text == 'prompt' else '-ref'
-        return f"{self.kind}-{self.loss}-r{self.rank}-lr{self.lr}-it{self.iters}-n{self.calib_n}{ref}-s{self.seed}"
-
-NONE, STANDARD_L1, STANDARD_EWL1, DARTS = Arm('none'), Arm('standard', 'l1'), Arm('standard', 'ewl1'), Arm('position', 'ewl1')
-PAPER_SEEDS = (0, 7, 29, 71, 164, 190)  # 'default' (0 here) and the five seeds of tables 4 and 14
+__all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run',
+           'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
+           'sweep_grid', 'merge_state', 'need_merge', 'stage_merges', 'merge_job', 'score_merges', 'stage_sweep',
+           'sweep_table', 'best_merges', 'calib_texts', 'domain_cache', 'cache_job', 'run_arm', 'arm_job',
+           'sweep_scores', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #9731f432
 def run_dir(name: str # the run's name
@@ -99,12 +55,25 @@ class Run:
     batch_size: int|str|None = None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
     keep_merges: bool = True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
     content_key: str = ''  # a hash of what every row is computed from (models, tasks, eval limit, data); '' for a run made by hand
+    executor: str = 'local'  # where jobs run: 'local' (this process, or `workers` processes) or 'ray' (darts_nb.executors)
+    address: str|None = None  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster's head
+    shared_dir: str|None = None  # where workers write merges, caches, modules (every node sees it at this path); None: DARTS_HOME
     _models: dict = field(default_factory=dict, repr=False)
-    _pool: object = field(default=None, repr=False)
+    _executor: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
 
     @property
     def dir(self) -> Path: return run_dir(self.name)
+
+    @property
+    def home(self) -> Path:
+        "The root of the run's artefacts: `shared_dir`, else DARTS_HOME."
+        return Path(self.shared_dir).expanduser().absolute() if self.shared_dir else darts_home()
+
+    @property
+    def shared(self) -> Path:
+        "Where the run's workers write its modules and AlpacaEval outputs: `home/runs/<name>` (the run's directory when nothing is shared)."
+        return self.home/'runs'/self.name
 
     @property
     def eval_profile(self) -> str: return self.profile.eval_profile
@@ -137,14 +106,24 @@ class Run:
         if torch.cuda.is_available(): torch.cuda.empty_cache()
 
     def spec(self) -> dict:
-        "What a worker process needs to rebuild this run (plain data)."
+        "What a worker needs to rebuild this run (plain data; a worker computes its jobs itself: no executor)."
         return dict(name=self.name, profile=asdict(self.profile), quick=self.quick, eval_limit=self.eval_limit, device=self.device,
                     models_key=self.models_key, judge=self.judge, batch_size=self.batch_size, keep_merges=self.keep_merges,
-                    content_key=self.content_key)
+                    content_key=self.content_key, shared_dir=str(self.home))
+
+    @classmethod
+    def from_spec(cls, spec: dict # from `spec()`
+                 ) -> Run: return cls(**{**spec, 'profile': Profile(**spec['profile'])})
+
+    @property
+    def jobs_executor(self):
+        "The run's executor (made on first use)."
+        if self._executor is None: self._executor = make_executor(self.executor, self.workers, self.address, self.shared_dir)
+        return self._executor
 
     def close(self):
-        "Stop the run's worker processes, if any."
-        if self._pool is not None: self._pool.shutdown(); self._pool = None
+        "Stop the run's worker processes or the Ray instance it started, if any."
+        if self._executor is not None: self._executor.close(); self._executor = None
 
 # %% ../nbs/15_runs.ipynb #9731f433
 def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see `zoo.get_profile`)
@@ -156,9 +135,13 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
              judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
              batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
              keep_merges: bool = True, # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
+             executor: str = 'local', # 'local' or 'ray' (darts_nb.executors)
+             address: str|None = None, # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
+             shared_dir: str|Path|None = None, # where workers write merges, caches and modules (None: DARTS_HOME)
             ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
     check_run_args(name, eval_limit)
+    make_executor(executor, workers, address, shared_dir)  # bad choices refused before anything is built
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1: raise ValueError(f"workers={workers!r}: expected an integer >= 1")
     if batch_size is not None and batch_size != 'auto' and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size={batch_size!r}: expected None, 'auto' or an integer >= 1")
@@ -172,9 +155,10 @@ def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see
     limit = eval_limit if eval_limit is not None else (60 if quick else None)
     inputs = run_inputs(prof, key, limit, judge)
     if old is not None: check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
-    run = Run(name, prof, quick, limit, device, key, workers, judge, batch_size, keep_merges, stable_hash(inputs))
+    run = Run(name, prof, quick, limit, device, key, workers, judge, batch_size, keep_merges, stable_hash(inputs), executor, address,
+              shared_dir and str(Path(shared_dir).expanduser().absolute()))
     write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge,
-                          inputs=inputs, content_key=run.content_key))
+                          inputs=inputs, content_key=run.content_key, shared_dir=run.shared_dir))
     return run
 
 def open_run(name: str, # an existing run's name
@@ -189,7 +173,7 @@ def open_run(name: str, # an existing run's name
     try: prof = Profile(**m['profile'])
     except TypeError as e: raise ValueError(f"{meta}: its profile is not one this version reads ({e}); use another run name") from None
     return Run(name, prof, m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''), judge=m.get('judge'),
-               content_key=m.get('content_key', ''))
+               content_key=m.get('content_key', ''), shared_dir=m.get('shared_dir'))
 
 # %% ../nbs/15_runs.ipynb #49196aa2
 def _grid(run: Run) -> dict:
@@ -242,7 +226,7 @@ def evaluate_in_run(run: Run, # the run
     "`evaluate.evaluate_model` with the run's options: its tasks, eval limit, batch size, judge, and AlpacaEval outputs under runs/<name>/alpaca_eval."
     name = '_'.join(str(v) for v in key.values() if v not in (None, ''))
     return evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit, batch_size=run.eval_batch_size,
-                          judge=run.judge, out_dir=run.dir/'alpaca_eval', generator=re.sub(r'[^\w.+-]', '-', name), n_calib=n_calib)
+                          judge=run.judge, out_dir=run.shared/'alpaca_eval', generator=re.sub(r'[^\w.+-]', '-', name), n_calib=n_calib)
 
 def score_job(run: Run, # the run
               path: str, # a checkpoint
@@ -263,33 +247,14 @@ def record_job(run: Run, # the run
            source=row_source(run, key.get('role', ''), key.get('merge_config', '')), **key)
 
 # %% ../nbs/15_runs.ipynb #f0b1c2c1
-_WORKER_RUNS = {}  # in a worker process: the Run of each spec, so that jobs reuse its loaded models
-
-def _worker_init():
-    torch.set_num_threads(1)
-    if not sys.stderr.isatty(): sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
-
-def _in_worker(spec: dict, name: str, args: tuple) -> dict:
-    "A job run in a worker process: rebuild (or reuse) the run, call the job function."
-    key = json.dumps(spec, sort_keys=True)
-    if key not in _WORKER_RUNS: _WORKER_RUNS[key] = Run(**{**spec, 'profile': Profile(**spec['profile'])})
-    return JOBS[name](_WORKER_RUNS[key], *args)
-
 def run_jobs(run: Run, # the run
-             jobs: list[tuple[str, tuple]], # (name in JOBS, arguments after the run) pairs
+             jobs: list[Job], # the stage's jobs (darts_nb.executors.Job)
              desc: str, # the progress bar's label
-            ) -> None:
-    "Compute the jobs (in `run.workers` processes when more than one) and record each result in the driver."
-    if not jobs: return
-    bar = tqdm(total=len(jobs), desc=desc)
-    if run.workers == 1 or len(jobs) == 1:
-        for name, args in jobs: record_job(run, JOBS[name](run, *args)); bar.update()
-    else:
-        import concurrent.futures as cf, multiprocessing as mp
-        if run._pool is None: run._pool = cf.ProcessPoolExecutor(run.workers, mp_context=mp.get_context('spawn'), initializer=_worker_init)
-        futs = [run._pool.submit(_in_worker, run.spec(), name, args) for name, args in jobs]
-        for f in cf.as_completed(futs): record_job(run, f.result()); bar.update()
-    bar.close()
+             record: bool = True, # record each result in the run's store (False: return them, as for merges)
+            ) -> list:
+    "Compute the jobs with the run's executor; the driver records each result as it arrives and the failures in failed_jobs.json."
+    on_result = (lambda res: record_job(run, res)) if record else None
+    return execute(run.jobs_executor, run, jobs, desc, on_result, failures=run.dir/'failed_jobs.json')
 
 # %% ../nbs/15_runs.ipynb #49196aa3
 def task_rows(run: Run, # the run
@@ -304,7 +269,7 @@ def stage_experts(run: Run # the run
                  ) -> None:
     "Score the base and each expert on every domain (skipped when recorded)."
     keys = {role: dict(role='base' if role == 'base' else 'expert', merge_config=role) for role in run.profile.paths}
-    run_jobs(run, [('score', (p, DOMAINS, keys[r])) for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))], 'experts')
+    run_jobs(run, [Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}') for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))], 'experts')
 
 def experts_table(run: Run # the run
                  ) -> pd.DataFrame:
@@ -319,7 +284,7 @@ def experts_table(run: Run # the run
 def merges_dir(run: Run # the run
               ) -> Path:
     "Where a profile's merges live: shared by the runs of the same checkpoints, never by runs of other ones."
-    return darts_home()/'merges'/(f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
+    return run.home/'merges'/(f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
 
 def sweep_grid(run: Run # the run
               ) -> dict[str, dict]:
@@ -355,11 +320,21 @@ def need_merge(run: Run, # the run
 def stage_merges(run: Run, # the run
                  names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)
                 ) -> pd.DataFrame:
-    "Merge (resumably) without scoring; returns mergekit's table (name, status, seconds, error)."
-    res = run_merges(_configs(run, names), merges_dir(run), device=run.device, progress=names is None or len(names) > 1)
+    "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
+    cfgs = _configs(run, names)
+    rows = run_jobs(run, [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()], 'merge', record=False)
+    res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
+    record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
     failed = res[res.status == 'failed']
     if len(failed): print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
     return res
+
+def merge_job(run: Run, # the run
+              name: str, # a configuration of the grid
+              cfg: dict, # its mergekit configuration
+             ) -> pd.DataFrame:
+    "Make one merge in the run's merges folder (its failure is recorded by the driver); returns its row of `run_merges`' table."
+    return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False)
 
 # %% ../nbs/15_runs.ipynb #519f5bf2
 def score_merges(run: Run, # the run
@@ -367,7 +342,7 @@ def score_merges(run: Run, # the run
                 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
     todo = [n for n in _configs(run, names) if merge_state(run, n) == 'ready' and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
-    run_jobs(run, [('score', (str(merges_dir(run)/n), DOMAINS, dict(role='merged', merge_config=n))) for n in todo], 'evaluate merges')
+    run_jobs(run, [Job(score_job, (str(merges_dir(run)/n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}') for n in todo], 'evaluate merges')
 
 def stage_sweep(run: Run, # the run
                 names: list[str]|None = None, # configurations (None: the whole sweep)
@@ -423,9 +398,15 @@ def domain_cache(run: Run, # the run
     order = sorted(range(len(items)), key=lambda i: items[i]['id'])  # the same set in any order is one cache: seeds that only reorder share it
     texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split, mode)
     c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
-                           progress=False, models=run.model, spans=spans)
+                           root=run.home/'caches', progress=False, models=run.model, spans=spans)
     where = {i: k for k, i in enumerate(order)}
     return c[[where[i] for i in range(len(items))]]
+
+def cache_job(run: Run, # the run
+              *args, # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
+             ) -> None:
+    "Build one hidden-state cache in the shared folder, for the arms that read it (nothing to record)."
+    domain_cache(run, *args)
 
 # %% ../nbs/15_runs.ipynb #f0a1b2c2
 def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
@@ -435,7 +416,7 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
     module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank, vocab_size=merged.config.vocab_size).to(cache.device)
     hist = train_surgery(module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False)
     module.eval()
-    save_surgery(module, run.dir/'surgery'/merge/domain/arm.dirname, merged_model=str(merges_dir(run)/merge),
+    save_surgery(module, run.shared/'surgery'/merge/domain/arm.dirname, merged_model=str(merges_dir(run)/merge),
                  expert=(run.profile.hub_ids or {}).get(domain) or str(run.profile.experts[domain]), domain=domain, loss=arm.loss, seed=arm.seed)
     return module, hist[-1]
 
@@ -446,13 +427,14 @@ def run_arm(run: Run, # the run
            ) -> pd.DataFrame:
     "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
     key = dict(merge_config=merge, domain=domain, **arm.key())
-    if not len(recorded(run, **key)): record_job(run, arm_job(run, merge, domain, arm))
+    if not len(recorded(run, **key)): record_job(run, arm_job(run, merge, domain, arm, sweep_scores(run, merge, domain) if arm.kind == 'none' else None))
     return recorded(run, **key)
 
 def arm_job(run: Run, # the run
             merge: str, # a merge of the run's sweep
             domain: str, # one of DOMAINS
             arm: Arm, # the surgery configuration
+            scored: tuple|None = None, # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
            ) -> dict:
     "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
     key = dict(merge_config=merge, domain=domain, **arm.key())
@@ -469,8 +451,7 @@ def arm_job(run: Run, # the run
         ids = [it['id'] for it in calib_items(domain, len(held), split='eval', profile=run.eval_profile)]
         items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
-    scored = sweep_scores(run, merge, domain) if module is None else None
-    if scored is None:
+    if scored is None or module is not None:
         with surgery(merged, module): df = evaluate_in_run(run, merged, tok, [domain], key, n_calib=max(50, arm.calib_n))
         scored = df.drop(columns=['domain']).to_dict('records'), df.attrs['items'].drop(columns=['domain']).to_dict('records')
     return dict(key=key, rows=rows + scored[0], items=items + scored[1])
@@ -491,10 +472,10 @@ def arms_over(run: Run, # the run
               arms: list[Arm], # the arms
               desc: str, # the progress bar's label
              ) -> None:
-    "Run every (merge, arm, domain) job not yet recorded, in the run's workers, with a progress bar."
+    "Run every (merge, arm, domain) not yet recorded as a job, after the merges and caches they read (each a job too)."
     missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
-    if missing: stage_merges(run, missing)  # in the driver, before any job needs them
-    jobs = [(m, d, a) for m in dict.fromkeys(merges) for a in arms for d in DOMAINS]
-    run_jobs(run, [('arm', j) for j in jobs if not len(recorded(run, merge_config=j[0], domain=j[1], **j[2].key()))], desc)
-
-JOBS = {'arm': arm_job, 'score': score_job}  # the job functions a worker may be asked to run
+    if missing: stage_merges(run, missing)  # before any job needs them
+    todo = [(m, d, a) for m in dict.fromkeys(merges) for a in arms for d in DOMAINS if not len(recorded(run, merge_config=m, domain=d, **a.key()))]
+    caches = dict.fromkeys(c for m, d, a in todo for c in [(m, d, 'eval', 50, 0, 'prompt')] + [(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] * (a.kind != 'none'))
+    run_jobs(run, [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches], f'{desc}: caches', record=False)
+    run_jobs(run, [Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}') for m, d, a in todo], desc)

@@ -38,31 +38,37 @@ def module_dir(tmp: Path, zero: bool) -> Path:
         with torch.no_grad(): m.b.normal_(0, 2.0); m.up.weight.normal_(0, 0.5)
     return save_surgery(m, tmp/('zero' if zero else 'random'), domain='math')
 
-def test_the_tasks_run_under_lm_evals_own_command_line(tmp_path, expert):
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory, expert):
+    "The lm-eval runs the tests compare, each made once: lm-eval's hf model, and the darts model with a zero and a random module."
+    tmp = tmp_path_factory.mktemp('lm_eval')
+    mod = module_dir(tmp, False)
+    return dict(tmp=tmp, module=mod,
+                plain=lm_eval(tmp/'plain', '--model', 'hf', '--model_args', f'pretrained={expert}', '--include_path', str(tasks_dir())),
+                zero=lm_eval(tmp/'zero', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={module_dir(tmp, True)}',
+                             module='darts_nb.lm_eval'),
+                fixed=lm_eval(tmp/'fixed', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval'))
+
+def test_the_tasks_run_under_lm_evals_own_command_line(runs):
     "The shipped YAMLs need no data file beside them (custom_dataset builds the split)."
-    out = lm_eval(tmp_path, '--model', 'hf', '--model_args', f'pretrained={expert}', '--include_path', str(tasks_dir()))
+    out = runs['plain']
     assert 0 <= out['em'] <= 1 and len(out['answers']) == LIMIT
 
-def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_applied(tmp_path, expert):
-    plain = lm_eval(tmp_path/'plain', '--model', 'darts', '--model_args', f'pretrained={expert}', module='darts_nb.lm_eval')
-    zero = lm_eval(tmp_path/'zero', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={module_dir(tmp_path, True)}',
-                   module='darts_nb.lm_eval')
-    assert zero == plain
-    mod = module_dir(tmp_path, False)
-    fixed = lm_eval(tmp_path/'fixed', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval')
+def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_applied(runs, expert):
+    assert runs['zero'] == runs['plain']  # the darts model with a zero module: lm-eval's own hf model's answers
+    fixed, plain = runs['fixed'], runs['plain']
     assert fixed['answers'] != plain['answers'] and fixed['em'] != plain['em'], (fixed['em'], plain['em'])   # the correction reached the score
     model, tok = load_model(str(expert), 'cpu')
-    attach_surgery(model, load_surgery(mod))
+    attach_surgery(model, load_surgery(runs['module']))
     df = evaluate_model(model, tok, ['math'], limit=LIMIT)
     assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
 
-def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(tmp_path, expert, monkeypatch):
+def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(runs, expert, monkeypatch):
     "export_corrected's one folder, given to lm-eval's plain `hf` model with trust_remote_code: the darts model's answers."
     from darts_nb.deploy import export_corrected
-    monkeypatch.setenv('HF_MODULES_CACHE', str(tmp_path/'hf_modules'))
-    mod = module_dir(tmp_path, False)
+    tmp = runs['tmp']
+    monkeypatch.setenv('HF_MODULES_CACHE', str(tmp/'hf_modules'))
     model, tok = load_model(str(expert), 'cpu')
-    out = export_corrected(model, load_surgery(mod), tmp_path/'corrected', tokenizer=tok)
-    hf = lm_eval(tmp_path/'hf', '--model', 'hf', '--model_args', f'pretrained={out},trust_remote_code=True', '--include_path', str(tasks_dir()))
-    darts = lm_eval(tmp_path/'darts', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval')
-    assert hf == darts
+    out = export_corrected(model, load_surgery(runs['module']), tmp/'corrected', tokenizer=tok)
+    hf = lm_eval(tmp/'hf', '--model', 'hf', '--model_args', f'pretrained={out},trust_remote_code=True', '--include_path', str(tasks_dir()))
+    assert hf == runs['fixed']

@@ -1,7 +1,8 @@
 "Bad input, interruption and resumption for darts_nb.merge (the lessons in 09_merge cover the happy path)."
-import json
+import json, subprocess, sys, time
 import pytest
-from darts_nb.core import tiny_llama
+from darts_nb.core import tiny_llama, write_json
+from darts_nb.lease import host_id, lease_path
 from darts_nb import merge
 from darts_nb.merge import (sweep_configs, quick_configs, run_merges, check_models, validate_config, ta_config,
                             ties_config, is_finished, family, best_per_method)
@@ -67,11 +68,18 @@ def test_interrupted_merge_leaves_nothing_finished(models, tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt): run_merges(cfgs, out, device='cpu', progress=False)
     assert not (out/'ta-0.5').exists() and not is_finished(out/'ta-0.5')
     assert not list(out.glob('.ta-0.5.tmp-*'))
-    # a killed process (SIGKILL: no cleanup) leaves a hidden temp dir that never looks finished and is swept
-    stale = out/'.ta-0.5.tmp-999999-deadbeef'; stale.mkdir(); (stale/'model.safetensors').write_bytes(b'partial')
+    # a killed process (SIGKILL: no cleanup) leaves a hidden temp dir and its lease; it never looks finished and is swept,
+    # while another node's merge in progress (a pid unknown here, a recent heartbeat) is left alone
+    dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True).stdout
+    stale, busy = out/'.ta-0.5.tmp-999999-deadbeef', out/'.ta-0.7.tmp-4242-cafe'
+    for t, host, pid in ((stale, host_id(), int(dead)), (busy, 'node-7/boot', 4242)):
+        t.mkdir(); (t/'model.safetensors').write_bytes(b'partial')
+        write_json(lease_path(t), dict(host=host, pid=pid, started=time.time(), heartbeat=time.time()))
     monkeypatch.setattr(merge, '_merge_one', real)
     res = run_merges(cfgs, out, device='cpu', progress=False)
-    assert list(res.status) == ['done'] and is_finished(out/'ta-0.5') and not stale.exists()
+    assert list(res.status) == ['done'] and is_finished(out/'ta-0.5') and not stale.exists() and not lease_path(stale).exists()
+    assert busy.exists() and lease_path(busy).exists()
+    assert not list(out.glob('.ta-0.5.tmp-*'))  # the finished merge's own lease went with it
 
 def test_failure_recorded_and_sweep_goes_on(models, tmp_path, monkeypatch):
     out = tmp_path/'out'; real = merge._merge_one
