@@ -13,9 +13,9 @@ from .core import stable_hash, check_choice, atomic_write
 # %% auto #0
 __all__ = ['DOMAINS', 'METRICS', 'GEN_TOKENS', 'SPLITS', 'SPLIT_SIZES', 'CONTEXT_CHARS', 'WORDS', 'NAMES', 'THINGS',
            'INSTRUCT_TEMPLATES', 'GENERATORS', 'POOL_SIZE', 'CALIB_TEXTS', 'Spanned', 'code_item', 'math_item',
-           'instruct_item', 'make_pool', 'shot', 'with_context', 'load_split', 'extract_completion', 'math_answer',
-           'instruct_grade', 'judge', 'code_program', 'code_problem', 'score_completion', 'training_text',
-           'calibration_text', 'text_spans', 'export_jsonl', 'split_hash']
+           'valid_answers', 'instruct_item', 'make_pool', 'shot', 'with_context', 'load_split', 'extract_completion',
+           'math_answer', 'instruct_grade', 'judge', 'code_program', 'code_problem', 'score_completion',
+           'training_text', 'calibration_text', 'text_spans', 'export_jsonl', 'split_hash']
 
 # %% ../nbs/02_domains.ipynb #5c0443e5
 DOMAINS = ('code', 'math', 'instruct')
@@ -85,30 +85,35 @@ def math_item(rng: random.Random # the generator's random source
     return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, answer=str(r))
 
 # %% ../nbs/02_domains.ipynb #1a5e6b04
-_SHARED = [w for w in WORDS if sum(x[0] == w[0] for x in WORDS) >= 2]  # words whose first letter starts another word
-INSTRUCT_TEMPLATES = ('start', 'upper', 'repeat', 'count')
+INSTRUCT_TEMPLATES = ('count', 'first', 'last', 'letter')
+_ASKED = {'first': 'the first letter', 'last': 'the last letter', 'letter': 'a letter'}  # what a letter template asks for
+
+def valid_answers(check: dict # an instruct item's `check`
+                 ) -> list[set[str]]:
+    "The right values of each decision of an instruct item, in order."
+    w, v = check['words']
+    if check_choice(check['kind'], INSTRUCT_TEMPLATES, "check['kind']") == 'count': return [{str(len(w))}, {str(len(v))}, {str(len(w) + len(v))}]
+    pick = {'first': lambda x: {x[0]}, 'last': lambda x: {x[-1]}, 'letter': set}[check['kind']]
+    return [pick(w), pick(v)]
+
+def _wrong(right: set[str], rng: random.Random) -> str:
+    "A wrong value for a decision whose right values are `right`: one more than a count, or a letter that is not right."
+    if all(x.isdigit() for x in right): return str(int(min(right)) + 1)
+    return rng.choice([c for c in 'abcdefghijklmnopqrstuvwxyz' if c not in right])
 
 def _instruct_case(rng: random.Random) -> tuple[Spanned, Spanned, dict, str]:
     "(instruction, reference response, check, baseline response) for one instruction template."
     q, t, kind = Spanned().add('Instruction: '), Spanned().add(' '), rng.choice(INSTRUCT_TEMPLATES)
-    w, v = rng.sample(_SHARED if kind == 'start' else WORDS, 2)
-    if kind == 'start':
-        x, y = (rng.choice([z for z in WORDS if z[0] == u[0] and z != u]) for u in (w, v))
-        q.add('Write a word that starts like ').add(w, 'slot').add(' and one that starts like ').add(v, 'slot').add('.')
-        t.add(x, 'decision').add(', ').add(y, 'decision')
-        return q, t, dict(kind=kind, words=[w, v]), f'{x}, {v}'
-    if kind == 'upper':
-        q.add('Write ').add(w, 'slot').add(' and ').add(v, 'slot').add(' in capital letters.')
-        t.add(w.upper(), 'decision').add(' AND ').add(v.upper(), 'decision')
-        return q, t, dict(kind=kind, words=[w, v]), f'{w.capitalize()} and {v.capitalize()}'
-    if kind == 'repeat':
-        k = rng.randint(2, 5)
-        q.add('Repeat the word ').add(w, 'slot').add(' ').add(str(k), 'slot').add(' times.'); t.add(' '.join([w] * (k - 1)) + ' ').add(w, 'decision')
-        return q, t, dict(kind=kind, word=w, k=k), ' '.join([w] * (k - 1))
-    a, b = len(w), len(v)
-    q.add('How many letters are in ').add(w, 'slot').add(' and ').add(v, 'slot').add('?')
-    t.add(f'{w} has ').add(str(a), 'decision').add(f', {v} has ').add(str(b), 'decision').add(', so ').add(str(a + b), 'decision').add('.')
-    return q, t, dict(kind=kind, words=[w, v]), f'{w} has {a}, {v} has {b}, so {a + b + 1}.'
+    w, v = rng.sample(WORDS, 2); check = dict(kind=kind, words=[w, v])
+    if kind == 'count': q.add('How many letters are in ').add(w, 'slot').add(' and ').add(v, 'slot').add('?')
+    else: q.add(f'Write {_ASKED[kind]} of ').add(w, 'slot').add(' and one of ').add(v, 'slot').add('.')
+    valid = valid_answers(check)
+    ref = [rng.choice(sorted(r)) for r in valid]
+    glue = [' and ', ', so ', '.'] if kind == 'count' else [' and ', '.']
+    for x, g in zip(ref, glue): t.add(x, 'decision').add(g)
+    wrong = set(rng.sample(range(len(ref)), rng.randint(1, len(ref) - 1)))  # the baseline misses some decisions, never all
+    base = ''.join((_wrong(r, rng) if i in wrong else x) + g for i, (x, r, g) in enumerate(zip(ref, valid, glue)))
+    return q, t, check, base
 
 def instruct_item(rng: random.Random # the generator's random source
                  ) -> dict:
@@ -201,21 +206,12 @@ def math_answer(text: str # a chain of thought ending in '#### N'
 def instruct_grade(check: dict, # an instruct item's `check`
                    response: str, # a response (its first line)
                   ) -> float:
-    "How well `response` follows the instruction, from 0 to 1."
-    r, kind = response.strip(), check['kind']
-    if kind == 'start':
-        got = [x.strip() for x in r.split(',')]
-        if len(got) != 2 or got[0] == got[1]: return 0.
-        return sum(x in WORDS and x[0] == w[0] and x != w for x, w in zip(got, check['words'])) / 2
-    if kind == 'upper':  # each word: 1 in capitals, 0.5 in another case
-        got = re.split(r'\s+and\s+', r, flags=re.IGNORECASE)
-        return sum(1. if x == w.upper() else 0.5 if x.lower() == w else 0. for x, w in zip(got, check['words'])) / 2 if len(got) == 2 else 0.
-    if kind == 'repeat':
-        ws = r.split()
-        return max(0., 1 - abs(len(ws) - check['k']) / check['k']) if ws and set(ws) == {check['word']} else 0.
-    (w, v), n = check['words'], [len(x) for x in check['words']]
-    m = re.fullmatch(rf"{re.escape(w)} has (\d+), {re.escape(v)} has (\d+), so (\d+)\.", r)
-    return 0. if m is None else sum(int(g) == x for g, x in zip(m.groups(), (*n, sum(n)))) / 3
+    "How well `response` follows the instruction, from 0 to 1: the share of its decisions that are right (0 when it is not in the response's form)."
+    valid = valid_answers(check)
+    pat = r'(\d+) and (\d+), so (\d+)\.?' if check['kind'] == 'count' else r'([a-z]) and ([a-z])\.?'
+    m = re.fullmatch(pat, response.strip())
+    if m is None: return 0.
+    return sum(g in r for g, r in zip(m.groups(), valid)) / len(valid)
 
 def judge(item: dict, # an instruct item (its `check` and `baseline`)
           response: str, # the model's response

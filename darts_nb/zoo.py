@@ -41,8 +41,8 @@ class ZooSpec:
 ZOO_SIZES = {
     'ci':  ZooSpec('ci',  hidden=64,  layers=2, heads=4, intermediate=192, vocab=512, base_steps=300,  # small and fast, for tests: weak
                    expert_steps={'code': 150, 'math': 150, 'instruct': 150}, expert_lr={'code': 3e-3, 'math': 3e-3, 'instruct': 3e-3}),
-    'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=400,
-                   expert_steps={'code': 100, 'math': 120, 'instruct': 150}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
+    'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=320,
+                   expert_steps={'code': 100, 'math': 120, 'instruct': 200}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
                    replay=0.6),  # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
 }
 ROLES = ('base',) + DOMAINS  # the models of a zoo or a profile
