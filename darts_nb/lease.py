@@ -9,7 +9,7 @@ from __future__ import annotations
 import json, os, socket, threading, time
 from contextlib import contextmanager
 from pathlib import Path
-from .core import write_json
+from .core import write_json, _rmtree
 
 # %% auto #0
 __all__ = ['HEARTBEAT', 'LEASE_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease', 'is_stale', 'clean_stale']
@@ -92,12 +92,10 @@ def clean_stale(folder: str|Path, # a folder whose temporaries (`.NAME.tmp-*`) t
                 ttl: float|None = None, # seconds without a heartbeat (None: `lease_ttl()`)
                ) -> list[Path]:
     "Remove the abandoned temporaries in `folder` with their leases (and leases left without a temporary); returns what was removed."
-    import shutil
     gone, found = [], sorted(Path(folder).glob('.*.tmp-*'))
     for t in (t for t in found if not t.name.endswith('.lease')):
         if not is_stale(t, ttl): continue
-        if t.is_dir() and not t.is_symlink(): shutil.rmtree(t, ignore_errors=True)
-        else: t.unlink(missing_ok=True)
+        _rmtree(t)
         lease_path(t).unlink(missing_ok=True); gone.append(t)
     for lp in (t for t in found if t.name.endswith('.lease') and t.exists()):  # a lease whose temporary is gone: kept while its writer beats
         t = lp.with_name(lp.name[:-len('.lease')])

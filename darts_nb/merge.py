@@ -22,7 +22,8 @@ __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES
            'MODEL_ENTRY', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
            'linear_weightings', 'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths',
            'check_model_list', 'check_parameters', 'validate_config', 'check_models', 'check_merge_output',
-           'unfinished_reason', 'is_finished', 'run_merges', 'record_merge_failures', 'best_per_method', 'main']
+           'unfinished_reason', 'is_finished', 'run_merges', 'check_configs', 'record_merge_failures',
+           'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -301,12 +302,12 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
                seed: int = 0, # torch / mergekit seed set before each merge (DARE masks)
                progress: bool = True, # show a tqdm bar
                record: bool = True, # update out_dir/_failures.json (False: a cluster worker returns its rows and the driver records them)
+               check: bool = True, # check the configurations and checkpoints first (False: the caller did, once for many calls, with `check_configs`)
               ) -> 'pd.DataFrame':
     "Run the merges that are not finished yet (each checked whole and finite before it counts); returns a table (name, status, seconds, error). A full disk stops the sweep with an OSError."
     import pandas as pd, yaml
     if not isinstance(configs, dict): raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
-    parsed = {n: validate_config(n, c) for n, c in configs.items()}
-    for ps in {tuple(config_paths(c)) for c in configs.values()}: check_models(list(ps))
+    parsed = check_configs(configs) if check else {n: validate_config(n, c) for n, c in configs.items()}
     out_dir = Path(out_dir).expanduser().absolute(); out_dir.mkdir(parents=True, exist_ok=True)
     dev = str(default_device(device))
     clean_stale(out_dir)  # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
@@ -336,6 +337,13 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
     res = pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
     if record: record_merge_failures(out_dir, res, configs)
     return res
+
+def check_configs(configs: dict[str, dict] # name -> mergekit configuration
+                 ) -> dict:
+    "Validate every configuration and check that its checkpoints can be merged (one check per set of checkpoints); name -> parsed configuration."
+    parsed = {n: validate_config(n, c) for n, c in configs.items()}
+    for ps in {tuple(config_paths(c)) for c in configs.values()}: check_models(list(ps))
+    return parsed
 
 def record_merge_failures(out_dir: str|Path, # the merges' folder
                           res: 'pd.DataFrame', # `run_merges`' table (name, status, error)

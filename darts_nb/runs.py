@@ -18,7 +18,7 @@ from .inputs import (models_key, run_inputs, read_run_json, check_same_inputs, c
                              item_texts, config_by_role, source_key)
 from .zoo import get_profile, load_model, Profile
 from .merge import (FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method, _same_config,
-                            record_merge_failures)
+                            record_merge_failures, check_configs)
 from .executors import Job, execute, make_executor
 from .surgery import make_surgery, save_surgery, surgery
 from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS
@@ -322,6 +322,7 @@ def stage_merges(run: Run, # the run
                 ) -> pd.DataFrame:
     "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
     cfgs = _configs(run, names)
+    check_configs(cfgs)  # once, in the driver: bad input raises before any job
     rows = run_jobs(run, [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()], 'merge', record=False)
     res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
     record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
@@ -334,7 +335,7 @@ def merge_job(run: Run, # the run
               cfg: dict, # its mergekit configuration
              ) -> pd.DataFrame:
     "Make one merge in the run's merges folder (its failure is recorded by the driver); returns its row of `run_merges`' table."
-    return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False)
+    return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False, check=False)
 
 # %% ../nbs/15_runs.ipynb #519f5bf2
 def score_merges(run: Run, # the run
