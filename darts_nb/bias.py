@@ -21,15 +21,22 @@ __all__ = ['token_bias', 'synthetic_cache', 'align_positions', 'bias_by_position
 # %% ../nbs/13_bias.ipynb #d63e7357
 def _check_cache(cache, who: str):
     for a in ('merged', 'target', 'mask'):
-        if not hasattr(cache, a): raise TypeError(f'{who}: cache must have merged/target/mask attributes; {type(cache).__name__} lacks {a!r}')
+        if not hasattr(cache, a):
+            raise TypeError(f'{who}: cache must have merged/target/mask attributes; {type(cache).__name__} lacks {a!r}')
     m, t, k = cache.merged, cache.target, cache.mask
-    if m.ndim != 3 or tuple(m.shape) != tuple(t.shape): raise ValueError(f'{who}: cache.merged {tuple(m.shape)} and cache.target {tuple(t.shape)} must both be N x T x H')
-    if tuple(k.shape) != tuple(m.shape[:2]): raise ValueError(f'{who}: cache.mask has shape {tuple(k.shape)}; expected N x T = {tuple(m.shape[:2])}')
+    if m.ndim != 3 or tuple(m.shape) != tuple(t.shape):
+        raise ValueError(
+            f'{who}: cache.merged {tuple(m.shape)} and cache.target {tuple(t.shape)} must both be N x T x H'
+        )
+    if tuple(k.shape) != tuple(m.shape[:2]):
+        raise ValueError(f'{who}: cache.mask has shape {tuple(k.shape)}; expected N x T = {tuple(m.shape[:2])}')
 
-def token_bias(cache, # a HiddenCache, or any object with merged/target (N x T x H) and mask (N x T)
-               module: torch.nn.Module|None = None, # surgery module applied to h^M as module(h, positions, ids)
-               chunk_size: int = 8, # samples per chunk
-              ) -> torch.Tensor:
+
+def token_bias(
+    cache,  # a HiddenCache, or any object with merged/target (N x T x H) and mask (N x T)
+    module: torch.nn.Module | None = None,  # surgery module applied to h^M as module(h, positions, ids)
+    chunk_size: int = 8,  # samples per chunk
+) -> torch.Tensor:
     "Eq. 2: ||h^M - h^k||_1 / H per sample and position (N x T float32, NaN at pads)."
     _check_cache(cache, 'token_bias')
     mask = torch.as_tensor(cache.mask).bool()
@@ -38,29 +45,39 @@ def token_bias(cache, # a HiddenCache, or any object with merged/target (N x T x
     p0 = next(iter(module.parameters()), None) if module is not None else None
     with torch.no_grad():
         for i in range(0, N, chunk_size):
-            hm, ht = torch.as_tensor(cache.merged[i:i + chunk_size]), torch.as_tensor(cache.target[i:i + chunk_size])
-            mk = mask[i:i + chunk_size].to(ht.device)
+            hm, ht = (
+                torch.as_tensor(cache.merged[i : i + chunk_size]),
+                torch.as_tensor(cache.target[i : i + chunk_size]),
+            )
+            mk = mask[i : i + chunk_size].to(ht.device)
             if module is not None:
                 pos, ids = positions_from_mask(mk), getattr(cache, 'ids', None)
-                ids = None if ids is None else ids[i:i + chunk_size]
-                if p0 is not None: hm, pos, ids = hm.to(p0.device, p0.dtype), pos.to(p0.device), None if ids is None else ids.to(p0.device)
+                ids = None if ids is None else ids[i : i + chunk_size]
+                if p0 is not None:
+                    hm, pos, ids = (
+                        hm.to(p0.device, p0.dtype),
+                        pos.to(p0.device),
+                        None if ids is None else ids.to(p0.device),
+                    )
                 hm = apply_surgery(module, hm, pos, ids).to(ht.device)
             d = (hm.float() - ht.float()).abs().sum(-1) / H
-            out[i:i + chunk_size] = torch.where(mk, d, torch.nan).cpu()
+            out[i : i + chunk_size] = torch.where(mk, d, torch.nan).cpu()
     return out
 
 # %% ../nbs/13_bias.ipynb #e5fe231f
-def synthetic_cache(n: int = 16, # samples
-                    t: int = 64, # padded length
-                    h: int = 32, # hidden size
-                    base: float = 0.1, # bias magnitude at position 0
-                    slope: float = 0.0, # added magnitude per position
-                    noise: float = 0.0, # sd of a per-(sample, position) multiplicative jitter
-                    min_len: int|None = None, # shortest prompt (default t // 2)
-                    seed: int = 0, # random seed
-                   ):
+def synthetic_cache(
+    n: int = 16,  # samples
+    t: int = 64,  # padded length
+    h: int = 32,  # hidden size
+    base: float = 0.1,  # bias magnitude at position 0
+    slope: float = 0.0,  # added magnitude per position
+    noise: float = 0.0,  # sd of a per-(sample, position) multiplicative jitter
+    min_len: int | None = None,  # shortest prompt (default t // 2)
+    seed: int = 0,  # random seed
+):
     "A left-padded cache-like object whose true Eq. 2 bias at position p is base + slope * p."
     from types import SimpleNamespace
+
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(min_len or t // 2, t + 1, (n,), generator=g)
     mask = torch.arange(t)[None, :] >= (t - lens)[:, None]
@@ -69,30 +86,41 @@ def synthetic_cache(n: int = 16, # samples
     target = torch.randn(n, t, h, generator=g)
     sign = torch.randint(0, 2, (n, t, h), generator=g).float() * 2 - 1
     merged = target + sign * mag[..., None]
-    return SimpleNamespace(merged=merged.bfloat16(), target=target.bfloat16(), mask=mask,
-                           entropy=torch.zeros(n, t), meta={'base': base, 'slope': slope, 'seed': seed})
+    return SimpleNamespace(
+        merged=merged.bfloat16(),
+        target=target.bfloat16(),
+        mask=mask,
+        entropy=torch.zeros(n, t),
+        meta={'base': base, 'slope': slope, 'seed': seed},
+    )
 
 # %% ../nbs/13_bias.ipynb #58a5f65a
-def align_positions(bias, # N x T bias with NaN at pads (tensor or array), any padding side
-                   ) -> np.ndarray:
+def align_positions(
+    bias,  # N x T bias with NaN at pads (tensor or array), any padding side
+) -> np.ndarray:
     "N x P float array: row i holds sample i's non-pad biases in order, column p is position p."
     a = bias.detach().cpu().numpy() if isinstance(bias, torch.Tensor) else np.asarray(bias, dtype=float)
-    if a.ndim != 2: raise ValueError(f'align_positions: bias must be N x T, got shape {a.shape}')
+    if a.ndim != 2:
+        raise ValueError(f'align_positions: bias must be N x T, got shape {a.shape}')
     ok = ~np.isnan(a)
     P = int(ok.sum(1).max()) if a.size else 0
     out = np.full((a.shape[0], P), np.nan, dtype=np.float32)
     for i in range(a.shape[0]):
-        v = a[i][ok[i]]; out[i, :len(v)] = v
+        v = a[i][ok[i]]
+        out[i, : len(v)] = v
     return out
 
 # %% ../nbs/13_bias.ipynb #9e1d7977
 def _as_dict(biases, who: str) -> dict:
-    if not isinstance(biases, dict) or not biases: raise TypeError(f'{who}: biases must be a non-empty dict domain -> N x T bias, got {type(biases).__name__}')
+    if not isinstance(biases, dict) or not biases:
+        raise TypeError(f'{who}: biases must be a non-empty dict domain -> N x T bias, got {type(biases).__name__}')
     return {k: align_positions(v) for k, v in biases.items()}
 
-def bias_by_position(biases: dict, # domain -> N x T bias (NaN at pads), e.g. from token_bias
-                     min_samples: int = 3, # drop positions with fewer samples
-                    ) -> pd.DataFrame:
+
+def bias_by_position(
+    biases: dict,  # domain -> N x T bias (NaN at pads), e.g. from token_bias
+    min_samples: int = 3,  # drop positions with fewer samples
+) -> pd.DataFrame:
     "Tidy mean bias per domain and position with a 95% confidence band: domain, position, mean, lo, hi, n."
     rows = []
     for dom, a in _as_dict(biases, 'bias_by_position').items():
@@ -101,75 +129,119 @@ def bias_by_position(biases: dict, # domain -> N x T bias (NaN at pads), e.g. fr
         mean = np.nanmean(a[:, keep], 0) if len(keep) else np.array([])
         sd = np.nanstd(a[:, keep], 0, ddof=1) if len(keep) else np.array([])
         half = sps.t.ppf(0.975, n[keep] - 1) * sd / np.sqrt(n[keep])
-        rows.append(pd.DataFrame({'domain': dom, 'position': keep, 'mean': mean, 'lo': mean - half, 'hi': mean + half, 'n': n[keep]}))
+        rows.append(
+            pd.DataFrame(
+                {'domain': dom, 'position': keep, 'mean': mean, 'lo': mean - half, 'hi': mean + half, 'n': n[keep]}
+            )
+        )
     return pd.concat(rows, ignore_index=True)
 
 # %% ../nbs/13_bias.ipynb #9e1d7978
-def bias_trend(biases: dict, # domain -> N x T bias (NaN at pads)
-               min_samples: int = 3, # positions with fewer samples are left out
-               pairs: bool = False, # also report Spearman over all (sample, position) pairs
-              ) -> pd.DataFrame:
+def bias_trend(
+    biases: dict,  # domain -> N x T bias (NaN at pads)
+    min_samples: int = 3,  # positions with fewer samples are left out
+    pairs: bool = False,  # also report Spearman over all (sample, position) pairs
+) -> pd.DataFrame:
     "Per domain: Spearman rho and p of mean bias vs position, late/early (last vs first quarter) ratio."
     pos = bias_by_position(biases, min_samples)
     al = _as_dict(biases, 'bias_trend') if pairs else None
     rows = []
     for dom, g in pos.groupby('domain', sort=False):
         P = len(g)
-        if P < 4: raise ValueError(f'bias_trend: domain {dom!r} has {P} positions with >= {min_samples} samples; need at least 4')
+        if P < 4:
+            raise ValueError(
+                f'bias_trend: domain {dom!r} has {P} positions with >= {min_samples} samples; need at least 4'
+            )
         r = sps.spearmanr(g.position, g['mean'])
         q = max(1, P // 4)
-        row = dict(domain=dom, spearman_rho=float(r.statistic), p=float(r.pvalue),
-                   late_early_ratio=float(g['mean'].iloc[-q:].mean() / g['mean'].iloc[:q].mean()),
-                   early_mean=float(g['mean'].iloc[:q].mean()), late_mean=float(g['mean'].iloc[-q:].mean()), n_positions=P)
+        row = dict(
+            domain=dom,
+            spearman_rho=float(r.statistic),
+            p=float(r.pvalue),
+            late_early_ratio=float(g['mean'].iloc[-q:].mean() / g['mean'].iloc[:q].mean()),
+            early_mean=float(g['mean'].iloc[:q].mean()),
+            late_mean=float(g['mean'].iloc[-q:].mean()),
+            n_positions=P,
+        )
         if pairs:
-            a = al[dom][:, g.position.to_numpy()]; ii, jj = np.nonzero(~np.isnan(a))
-            rp = sps.spearmanr(jj, a[ii, jj]); row.update(pair_rho=float(rp.statistic), pair_p=float(rp.pvalue), n_pairs=len(ii))
+            a = al[dom][:, g.position.to_numpy()]
+            ii, jj = np.nonzero(~np.isnan(a))
+            rp = sps.spearmanr(jj, a[ii, jj])
+            row.update(pair_rho=float(rp.statistic), pair_p=float(rp.pvalue), n_pairs=len(ii))
         rows.append(row)
     return pd.DataFrame(rows)
 
 # %% ../nbs/13_bias.ipynb #f4dbef44
-def bias_heatmap(biases: dict, # domain -> N x T bias before surgery (NaN at pads)
-                 after: dict|None = None, # domain -> N x T bias after surgery (same domains), second row
-                 max_samples: int = 50, # samples shown per panel
-                 cmap: str = 'viridis', # colour map
-                 save: str|Path|None = None, # write a PNG here
-                ):
+def bias_heatmap(
+    biases: dict,  # domain -> N x T bias before surgery (NaN at pads)
+    after: dict | None = None,  # domain -> N x T bias after surgery (same domains), second row
+    max_samples: int = 50,  # samples shown per panel
+    cmap: str = 'viridis',  # colour map
+    save: str | Path | None = None,  # write a PNG here
+):
     "Figure 1: per-token L1 bias, sample x position, one panel per domain, shared colour scale."
-    plt = pyplot(); import seaborn as sns
+    plt = pyplot()
+    import seaborn as sns
+
     before = _as_dict(biases, 'bias_heatmap')
     aft = _as_dict(after, 'bias_heatmap') if after is not None else None
-    if aft is not None and set(aft) != set(before): raise ValueError(f'bias_heatmap: after has domains {sorted(aft)}; expected the same as biases {sorted(before)}')
-    rows = [('before surgery' if aft is not None else None, before)] + ([('after surgery', aft)] if aft is not None else [])
+    if aft is not None and set(aft) != set(before):
+        raise ValueError(f'bias_heatmap: after has domains {sorted(aft)}; expected the same as biases {sorted(before)}')
+    rows = [('before surgery' if aft is not None else None, before)] + (
+        [('after surgery', aft)] if aft is not None else []
+    )
     P = max(a.shape[1] for _, d in rows for a in d.values())  # one position axis for every panel
-    rows = [(l, {k: np.pad(a[:max_samples], ((0, 0), (0, P - a.shape[1])), constant_values=np.nan) for k, a in d.items()}) for l, d in rows]
+    rows = [
+        (l, {k: np.pad(a[:max_samples], ((0, 0), (0, P - a.shape[1])), constant_values=np.nan) for k, a in d.items()})
+        for l, d in rows
+    ]
     vals = np.concatenate([a.ravel() for _, d in rows for a in d.values()])
     vmin, vmax = float(np.nanmin(vals)), float(np.nanpercentile(vals, 99))
     doms = list(before)
-    fig, axs = plt.subplots(len(rows), len(doms), figsize=(4.2 * len(doms), 3.2 * len(rows)), squeeze=False, constrained_layout=True)
+    fig, axs = plt.subplots(
+        len(rows), len(doms), figsize=(4.2 * len(doms), 3.2 * len(rows)), squeeze=False, constrained_layout=True
+    )
     for r, (label, d) in enumerate(rows):
         for j, dom in enumerate(doms):
-            ax = axs[r, j]; a = d[dom]
-            sns.heatmap(a, ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, cbar=(j == len(doms) - 1), mask=np.isnan(a),
-                        xticklabels=max(1, a.shape[1] // 6), yticklabels=max(1, a.shape[0] // 5),
-                        cbar_kws={'label': 'L1 bias per dim'} if j == len(doms) - 1 else None)
-            ax.set_title(dom if label is None else f'{dom}: {label}'); ax.set_xlabel('token position')
-            ax.set_ylabel('sample' if j == 0 else ''); ax.tick_params(axis='x', labelrotation=0)
+            ax = axs[r, j]
+            a = d[dom]
+            sns.heatmap(
+                a,
+                ax=ax,
+                vmin=vmin,
+                vmax=vmax,
+                cmap=cmap,
+                cbar=(j == len(doms) - 1),
+                mask=np.isnan(a),
+                xticklabels=max(1, a.shape[1] // 6),
+                yticklabels=max(1, a.shape[0] // 5),
+                cbar_kws={'label': 'L1 bias per dim'} if j == len(doms) - 1 else None,
+            )
+            ax.set_title(dom if label is None else f'{dom}: {label}')
+            ax.set_xlabel('token position')
+            ax.set_ylabel('sample' if j == 0 else '')
+            ax.tick_params(axis='x', labelrotation=0)
     save_figure(fig, save)
     return fig
 
 # %% ../nbs/13_bias.ipynb #f4dbef45
-def plot_bias_trend(biases: dict, # domain -> N x T bias (NaN at pads)
-                    min_samples: int = 3, # positions with fewer samples are left out
-                    save: str|Path|None = None, # write a PNG here
-                   ):
+def plot_bias_trend(
+    biases: dict,  # domain -> N x T bias (NaN at pads)
+    min_samples: int = 3,  # positions with fewer samples are left out
+    save: str | Path | None = None,  # write a PNG here
+):
     "Mean bias by position per domain with a 95% confidence band."
     plt = pyplot()
-    pos = bias_by_position(biases, min_samples); tr = bias_trend(biases, min_samples).set_index('domain')
+    pos = bias_by_position(biases, min_samples)
+    tr = bias_trend(biases, min_samples).set_index('domain')
     fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
     for dom, g in pos.groupby('domain', sort=False):
         t = tr.loc[dom]
         ax.plot(g.position, g['mean'], label=f"{dom} (rho={t.spearman_rho:.2f}, late/early={t.late_early_ratio:.1f}x)")
         ax.fill_between(g.position, g.lo, g.hi, alpha=0.25)
-    ax.set_xlabel('token position'); ax.set_ylabel('mean L1 bias per dim'); ax.legend(fontsize=8); ax.grid(alpha=0.3)
+    ax.set_xlabel('token position')
+    ax.set_ylabel('mean L1 bias per dim')
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     save_figure(fig, save)
     return fig

@@ -6,13 +6,27 @@ Docs: https://darts-nb.github.io/darts_nb/cache.html.md"""
 
 # %% ../nbs/06_cache.ipynb #6fd0b6ef
 from __future__ import annotations
-import json, copy, os, re, time, warnings
+import json
+import copy
+import os
+import re
+import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .core import final_hidden, hidden_entropy, lm_head, default_device, stable_hash, darts_home, path_fingerprint, save_dir
+from darts_nb.core import (
+    final_hidden,
+    hidden_entropy,
+    lm_head,
+    default_device,
+    stable_hash,
+    darts_home,
+    path_fingerprint,
+    save_dir,
+)
 from .zoo import check_vocab
 from .lease import clean_stale
 
@@ -24,17 +38,20 @@ __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 
 @dataclass
 class HiddenCache:
     "Precomputed hidden states of a (merged, expert) pair over calibration prompts."
-    merged: torch.Tensor # N x T x H, h^M (bf16 by default)
-    target: torch.Tensor # N x T x H, h^k
-    entropy: torch.Tensor # N x T float32, expert next-token entropy (nats)
-    mask: torch.Tensor # N x T bool, real tokens
-    meta: dict = field(default_factory=dict) # provenance: model paths, prompt hash, max_len, vocab hash
-    ids: torch.Tensor|None = None # N x T token ids (the token-table control trains on them)
-    kinds: torch.Tensor|None = None # N x T int8 token kinds, codes of TOKEN_KINDS (None: not known)
+
+    merged: torch.Tensor  # N x T x H, h^M (bf16 by default)
+    target: torch.Tensor  # N x T x H, h^k
+    entropy: torch.Tensor  # N x T float32, expert next-token entropy (nats)
+    mask: torch.Tensor  # N x T bool, real tokens
+    meta: dict = field(default_factory=dict)  # provenance: model paths, prompt hash, max_len, vocab hash
+    ids: torch.Tensor | None = None  # N x T token ids (the token-table control trains on them)
+    kinds: torch.Tensor | None = None  # N x T int8 token kinds, codes of TOKEN_KINDS (None: not known)
 
     def __post_init__(self):
         if self.merged.shape != self.target.shape or self.merged.dim() != 3:
-            raise ValueError(f"merged/target: expected equal N x T x H shapes, got {tuple(self.merged.shape)} and {tuple(self.target.shape)}")
+            raise ValueError(
+                f"merged/target: expected equal N x T x H shapes, got {tuple(self.merged.shape)} and {tuple(self.target.shape)}"
+            )
         for name in ('entropy', 'mask', 'ids', 'kinds'):
             t = getattr(self, name)
             if t is not None and t.shape != self.merged.shape[:2]:
@@ -43,17 +60,27 @@ class HiddenCache:
 
     def tensors(self) -> dict:
         "The cache's tensors by name (the optional ids and kinds when present)."
-        return {k: getattr(self, k) for k in ('merged', 'target', 'entropy', 'mask', 'ids', 'kinds') if getattr(self, k) is not None}
+        return {
+            k: getattr(self, k)
+            for k in ('merged', 'target', 'entropy', 'mask', 'ids', 'kinds')
+            if getattr(self, k) is not None
+        }
 
     def _with(self, fn) -> HiddenCache:
         "A cache whose every tensor is `fn(tensor)`."
         return HiddenCache(meta=dict(self.meta), **{k: fn(t) for k, t in self.tensors().items()})
 
-    def __len__(self): return self.merged.shape[0]
+    def __len__(self):
+        return self.merged.shape[0]
+
     @property
-    def hidden_size(self) -> int: return self.merged.shape[-1]
+    def hidden_size(self) -> int:
+        return self.merged.shape[-1]
+
     @property
-    def n_positions(self) -> int: return int(self.mask.sum())
+    def n_positions(self) -> int:
+        return int(self.mask.sum())
+
     @property
     def nbytes(self) -> int:
         "Bytes held by the tensors."
@@ -61,14 +88,19 @@ class HiddenCache:
 
     def __getitem__(self, idx):
         "A sub-cache of the prompts `idx` (int, slice, list or index tensor)."
-        if isinstance(idx, int): idx = [idx]
-        if isinstance(idx, (list, tuple)): idx = torch.as_tensor(idx, dtype=torch.long)
+        if isinstance(idx, int):
+            idx = [idx]
+        if isinstance(idx, (list, tuple)):
+            idx = torch.as_tensor(idx, dtype=torch.long)
         return self._with(lambda t: t[idx.to(t.device) if isinstance(idx, torch.Tensor) else idx])
 
-    def split(self, n: int # prompts in the first part
-             ) -> tuple[HiddenCache, HiddenCache]:
+    def split(
+        self,
+        n: int,  # prompts in the first part
+    ) -> tuple[HiddenCache, HiddenCache]:
         "The first `n` prompts and the rest (e.g. calibration and held-out)."
-        if not 0 <= n <= len(self): raise ValueError(f"n: expected 0 <= n <= {len(self)}, got {n}")
+        if not 0 <= n <= len(self):
+            raise ValueError(f"n: expected 0 <= n <= {len(self)}, got {n}")
         return self[:n], self[n:]
 
     def to(self, device) -> HiddenCache:
@@ -76,218 +108,336 @@ class HiddenCache:
         return self._with(lambda t: t.to(device))
 
     @property
-    def device(self) -> torch.device: return self.merged.device
+    def device(self) -> torch.device:
+        return self.merged.device
 
     def check(self) -> HiddenCache:
         "Raise a `ValueError` for an empty cache or NaN/inf at real positions; returns self."
-        if len(self) == 0 or not self.mask.any(): raise ValueError("cache: expected at least one prompt with a real token, got an empty calibration set")
+        if len(self) == 0 or not self.mask.any():
+            raise ValueError("cache: expected at least one prompt with a real token, got an empty calibration set")
         for name in ('merged', 'target', 'entropy'):
             v = getattr(self, name)[self.mask]
-            if not torch.isfinite(v).all(): raise ValueError(f"cache.{name}: contains NaN or inf at {int((~torch.isfinite(v)).sum())} values of real positions")
+            if not torch.isfinite(v).all():
+                raise ValueError(
+                    f"cache.{name}: contains NaN or inf at {int((~torch.isfinite(v)).sum())} values of real positions"
+                )
         return self
 
     def __repr__(self):
-        return (f"HiddenCache(N={len(self)}, T={self.merged.shape[1]}, H={self.hidden_size}, positions={self.n_positions}, "
-                f"dtype={self.merged.dtype}, device={self.device}, {self.nbytes/2**20:.2f} MiB)")
+        return (
+            f"HiddenCache(N={len(self)}, T={self.merged.shape[1]}, H={self.hidden_size}, positions={self.n_positions}, "
+            f"dtype={self.merged.dtype}, device={self.device}, {self.nbytes / 2**20:.2f} MiB)"
+        )
 
 # %% ../nbs/06_cache.ipynb #64d4b106
 TENSORS, META = 'tensors.safetensors', 'meta.json'
 
-def save_safetensors(tensors: dict, # name -> tensor (contiguous, on any device)
-                     file: str|Path, # the file to write
-                     metadata: dict|None = None, # str -> str, kept in the header
-                    ) -> Path:
+
+def save_safetensors(
+    tensors: dict,  # name -> tensor (contiguous, on any device)
+    file: str | Path,  # the file to write
+    metadata: dict | None = None,  # str -> str, kept in the header
+) -> Path:
     "`safetensors.torch.save_file`, whose I/O errors (a full disk) are raised as the `OSError` they are."
     from safetensors.torch import save_file
-    try: save_file(tensors, str(file), metadata=metadata)
+
+    try:
+        save_file(tensors, str(file), metadata=metadata)
     except Exception as e:
         m = re.search(r'os error (\d+)', str(e))
-        if m: raise OSError(int(m.group(1)), f'{file}: {e}') from e
+        if m:
+            raise OSError(int(m.group(1)), f'{file}: {e}') from e
         raise
     return Path(file)
 
+
 @patch
-def save(self: HiddenCache, path: str|Path # a folder (created; an existing cache there is replaced)
-        ) -> Path:
+def save(
+    self: HiddenCache,
+    path: str | Path,  # a folder (created; an existing cache there is replaced)
+) -> Path:
     "Write the cache atomically as safetensors (the meta in its header too) + meta JSON; returns the folder."
     path = Path(path).expanduser().absolute()
     meta = json.dumps(self.meta, indent=1, sort_keys=True, default=str)
     tensors = {k: t.detach().contiguous().cpu() for k, t in self.tensors().items()}
-    return save_dir(path, {TENSORS: lambda f: save_safetensors(tensors, f, {'meta': meta}), META: meta}, {TENSORS, META}, 'HiddenCache')
+    return save_dir(
+        path,
+        {TENSORS: lambda f: save_safetensors(tensors, f, {'meta': meta}), META: meta},
+        {TENSORS, META},
+        'HiddenCache',
+    )
 
 # %% ../nbs/06_cache.ipynb #64d4b107
-def _read_tensors(file: Path, device) -> tuple[dict, str|None]:
+def _read_tensors(file: Path, device) -> tuple[dict, str | None]:
     "The tensors of a cache file and the meta JSON of its header (None in caches saved before it was kept there)."
     from safetensors import safe_open, SafetensorError
-    fd = os.open(file, os.O_RDONLY)  # safe_open opens its path twice (header, data): give it this one version of the file
+
+    fd = os.open(
+        file, os.O_RDONLY
+    )  # safe_open opens its path twice (header, data): give it this one version of the file
     try:
         same = next((p for p in (f'/proc/self/fd/{fd}', f'/dev/fd/{fd}') if os.path.exists(p)), str(file))
         with safe_open(same, framework='pt', device=str(device)) as f:
-            cpu = torch.device(device).type == 'cpu'  # a copy, not a map of the file: a later change to it cannot reach a loaded cache
-            return {k: f.get_tensor(k).clone() if cpu else f.get_tensor(k) for k in f.keys()}, (f.metadata() or {}).get('meta')
-    except SafetensorError as e: raise ValueError(f"{file}: corrupt or incomplete cache file ({e}); delete its folder to rebuild it") from None
-    finally: os.close(fd)
+            cpu = (
+                torch.device(device).type == 'cpu'
+            )  # a copy, not a map of the file: a later change to it cannot reach a loaded cache
+            return {k: f.get_tensor(k).clone() if cpu else f.get_tensor(k) for k in f.keys()}, (f.metadata() or {}).get(
+                'meta'
+            )
+    except SafetensorError as e:
+        raise ValueError(f"{file}: corrupt or incomplete cache file ({e}); delete its folder to rebuild it") from None
+    finally:
+        os.close(fd)
+
 
 @patch(cls_method=True)
-def load(cls: HiddenCache, path: str|Path, # a folder written by `HiddenCache.save`
-         device=None, # default: the training device (CUDA if available)
-        ) -> HiddenCache:
+def load(
+    cls: HiddenCache,
+    path: str | Path,  # a folder written by `HiddenCache.save`
+    device=None,  # default: the training device (CUDA if available)
+) -> HiddenCache:
     "Read a saved cache onto `device`; a missing, truncated or garbled one is a clear error naming its file."
     path = Path(path).expanduser().absolute()
     for _ in range(50):  # a save swapping the folder in with two renames (no renameat2) leaves it absent for an instant
-        if (path/TENSORS).is_file() or not any(path.parent.glob(f'.{path.name}.tmp-*')): break
+        if (path / TENSORS).is_file() or not any(path.parent.glob(f'.{path.name}.tmp-*')):
+            break
         time.sleep(0.01)
-    try: tensors, meta = _read_tensors(path/TENSORS, default_device(device))
-    except FileNotFoundError: raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})") from None
+    try:
+        tensors, meta = _read_tensors(path / TENSORS, default_device(device))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})") from None
     if meta is None:  # an older cache: the meta only in meta.json
-        if not (path/META).is_file(): raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})")
-        meta = (path/META).read_text()
-    try: meta = json.loads(meta)
-    except json.JSONDecodeError as e: raise ValueError(f"{path/META}: corrupt JSON ({e}); delete its folder to rebuild it") from None
+        if not (path / META).is_file():
+            raise FileNotFoundError(f"{path} is not a saved HiddenCache (needs {TENSORS} and {META})")
+        meta = (path / META).read_text()
+    try:
+        meta = json.loads(meta)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path / META}: corrupt JSON ({e}); delete its folder to rebuild it") from None
     missing = sorted({'merged', 'target', 'entropy', 'mask'} - set(tensors))
-    if missing: raise ValueError(f"{path/TENSORS}: missing tensors {missing}; not a complete HiddenCache")
-    try: return cls(meta=meta, **tensors)
-    except (TypeError, ValueError) as e: raise ValueError(f"{path/TENSORS}: {e}") from None
+    if missing:
+        raise ValueError(f"{path / TENSORS}: missing tensors {missing}; not a complete HiddenCache")
+    try:
+        return cls(meta=meta, **tensors)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path / TENSORS}: {e}") from None
 
 # %% ../nbs/06_cache.ipynb #7a617dda
 def _vocab_hash(tokenizer) -> str:
     return stable_hash(sorted(tokenizer.get_vocab().items()))
 
+
 def _name(model) -> str:
     return str(getattr(model, 'name_or_path', '') or getattr(model.config, '_name_or_path', '') or type(model).__name__)
 
-def check_pair(merged, # the merged model
-               target, # the expert
-               tokenizer=None, # the tokenizer the cache will use (the merged model's)
-               target_tokenizer=None, # the expert's own tokenizer, if separate
-              ) -> None:
+
+def check_pair(
+    merged,  # the merged model
+    target,  # the expert
+    tokenizer=None,  # the tokenizer the cache will use (the merged model's)
+    target_tokenizer=None,  # the expert's own tokenizer, if separate
+) -> None:
     "A `ValueError` when the two models (or their tokenizers) cannot share one cache; an expert whose vocabulary extends the tokenizer's (Code Llama) can."
     em, et = merged.get_input_embeddings().weight.shape, target.get_input_embeddings().weight.shape
     hm, ht = merged.config.hidden_size, target.config.hidden_size
-    if hm != ht: raise ValueError(f"hidden sizes differ: merged {_name(merged)} has {hm}, target {_name(target)} has {ht}")
+    if hm != ht:
+        raise ValueError(f"hidden sizes differ: merged {_name(merged)} has {hm}, target {_name(target)} has {ht}")
     n = len(tokenizer) if tokenizer is not None else min(em[0], et[0])
     for who, m, rows in (('merged', merged, em[0]), ('target', target, et[0])):
-        if rows < n: raise ValueError(f"tokenizer has {n} tokens but {who} {_name(m)} has {rows} embedding rows: not its tokenizer")
-    if em[0] != et[0] and tokenizer is None: raise ValueError(f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}; pass the shared tokenizer")
-    if target_tokenizer is not None and tokenizer is not None:  # the expert's may add tokens, never renumber or drop one
+        if rows < n:
+            raise ValueError(
+                f"tokenizer has {n} tokens but {who} {_name(m)} has {rows} embedding rows: not its tokenizer"
+            )
+    if em[0] != et[0] and tokenizer is None:
+        raise ValueError(
+            f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}; pass the shared tokenizer"
+        )
+    if (
+        target_tokenizer is not None and tokenizer is not None
+    ):  # the expert's may add tokens, never renumber or drop one
         check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), 'target_tokenizer', 'tokenizer')
 
 # %% ../nbs/06_cache.ipynb #7a617d05
 TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')
 
-def token_kinds(offsets: list[tuple[int, int]], # (start, end) characters of each token (a fast tokenizer's offset mapping)
-                spans: list[tuple[int, int, str]], # (start, end, kind) character spans of the text
-                real: list[bool]|None = None, # per token, False for padding
-               ) -> list[int]:
+
+def token_kinds(
+    offsets: list[tuple[int, int]],  # (start, end) characters of each token (a fast tokenizer's offset mapping)
+    spans: list[tuple[int, int, str]],  # (start, end, kind) character spans of the text
+    real: list[bool] | None = None,  # per token, False for padding
+) -> list[int]:
     "The code (index in TOKEN_KINDS) of each token's kind."
     bad = sorted({k for _, _, k in spans} - set(TOKEN_KINDS))
-    if bad: raise ValueError(f'spans: kind(s) {bad} are not in TOKEN_KINDS {TOKEN_KINDS}')
+    if bad:
+        raise ValueError(f'spans: kind(s) {bad} are not in TOKEN_KINDS {TOKEN_KINDS}')
     codes = [(a, b, TOKEN_KINDS.index(k)) for a, b, k in spans]
     out = []
     for j, (s, e) in enumerate(offsets):
-        if real is not None and not real[j]: out.append(0); continue
+        if real is not None and not real[j]:
+            out.append(0)
+            continue
         out.append(max([c for a, b, c in codes if s < b and e > a] + [1]))
     return out
 
 # %% ../nbs/06_cache.ipynb #7a617d03
 @torch.no_grad()
-def build_cache(merged, # the merged model M (frozen)
-                target, # the expert model k (frozen)
-                tokenizer, # the shared tokenizer (its padding side is kept)
-                prompts: list[str], # calibration texts
-                max_len: int = 512, # T_max: prompts are truncated to this many tokens
-                dtype: torch.dtype = torch.bfloat16, # storage dtype of the hidden states
-                device=None, # where the cache lives (the training device; default CUDA if available)
-                batch_size: int = 8, # prompts per forward pass
-                target_tokenizer=None, # the expert's tokenizer, if separate: must have the same vocabulary
-                chunk_size: int = 1024, # positions per entropy chunk
-                progress: bool = True, # show a tqdm bar
-                spans: list|None = None, # per prompt, (start, end, kind) character spans: the cache labels every token's kind
-               ) -> HiddenCache:
+def build_cache(
+    merged,  # the merged model M (frozen)
+    target,  # the expert model k (frozen)
+    tokenizer,  # the shared tokenizer (its padding side is kept)
+    prompts: list[str],  # calibration texts
+    max_len: int = 512,  # T_max: prompts are truncated to this many tokens
+    dtype: torch.dtype = torch.bfloat16,  # storage dtype of the hidden states
+    device=None,  # where the cache lives (the training device; default CUDA if available)
+    batch_size: int = 8,  # prompts per forward pass
+    target_tokenizer=None,  # the expert's tokenizer, if separate: must have the same vocabulary
+    chunk_size: int = 1024,  # positions per entropy chunk
+    progress: bool = True,  # show a tqdm bar
+    spans: list | None = None,  # per prompt, (start, end, kind) character spans: the cache labels every token's kind
+) -> HiddenCache:
     "Run both frozen models once over `prompts`; returns their final hidden states, the expert's entropy, the mask and the ids."
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise TypeError("prompts: expected a list of strings")
-    if len(prompts) == 0: raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
-    if max_len < 1: raise ValueError(f"max_len: expected >= 1, got {max_len}")
-    if batch_size < 1: raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
+    if len(prompts) == 0:
+        raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
+    if max_len < 1:
+        raise ValueError(f"max_len: expected >= 1, got {max_len}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
     check_pair(merged, target, tokenizer, target_tokenizer)
     if tokenizer.pad_token is None:
-        tokenizer = copy.copy(tokenizer); tokenizer.pad_token = tokenizer.eos_token
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.pad_token = tokenizer.eos_token
     dev = default_device(device)
-    if spans is not None and len(spans) != len(prompts): raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
-    enc = tokenizer(list(prompts), return_tensors='pt', padding=True, truncation=True, max_length=max_len, return_offsets_mapping=spans is not None)
+    if spans is not None and len(spans) != len(prompts):
+        raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
+    enc = tokenizer(
+        list(prompts),
+        return_tensors='pt',
+        padding=True,
+        truncation=True,
+        max_length=max_len,
+        return_offsets_mapping=spans is not None,
+    )
     ids, am = enc['input_ids'], enc['attention_mask']
-    if not am.bool().any(dim=1).all(): raise ValueError("prompts: some prompts tokenize to zero tokens")
+    if not am.bool().any(dim=1).all():
+        raise ValueError("prompts: some prompts tokenize to zero tokens")
     N, T, H = ids.shape[0], ids.shape[1], merged.config.hidden_size
-    out = dict(merged=torch.zeros(N, T, H, dtype=dtype, device=dev), target=torch.zeros(N, T, H, dtype=dtype, device=dev),
-               entropy=torch.zeros(N, T, dtype=torch.float32, device=dev))
+    out = dict(
+        merged=torch.zeros(N, T, H, dtype=dtype, device=dev),
+        target=torch.zeros(N, T, H, dtype=dtype, device=dev),
+        entropy=torch.zeros(N, T, dtype=torch.float32, device=dev),
+    )
     head = lm_head(target)
     for i in tqdm(range(0, N, batch_size), desc='cache', disable=not progress):
-        b_ids, b_am = ids[i:i+batch_size], am[i:i+batch_size]
+        b_ids, b_am = ids[i : i + batch_size], am[i : i + batch_size]
         mb = b_am.bool().to(dev)
         for key, model in (('merged', merged), ('target', target)):
             md = model.get_input_embeddings().weight.device
             h, _ = final_hidden(model, b_ids.to(md), b_am.to(md), return_logits=False)
             if key == 'target':
                 e = hidden_entropy(h, head, chunk_size=chunk_size).to(dev)
-                out['entropy'][i:i+batch_size] = e.masked_fill(~mb, 0.)
-            out[key][i:i+batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.)
-    meta = dict(merged=_name(merged), target=_name(target), prompt_hash=stable_hash(list(prompts)), n_prompts=N,
-                max_len=max_len, vocab_hash=_vocab_hash(tokenizer), padding_side=tokenizer.padding_side, dtype=str(dtype))
-    kinds = None if spans is None else torch.tensor([token_kinds(o.tolist(), sp, m.bool().tolist()) for o, sp, m in zip(enc['offset_mapping'], spans, am)],
-                                                    dtype=torch.int8, device=dev)
+                out['entropy'][i : i + batch_size] = e.masked_fill(~mb, 0.0)
+            out[key][i : i + batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.0)
+    meta = dict(
+        merged=_name(merged),
+        target=_name(target),
+        prompt_hash=stable_hash(list(prompts)),
+        n_prompts=N,
+        max_len=max_len,
+        vocab_hash=_vocab_hash(tokenizer),
+        padding_side=tokenizer.padding_side,
+        dtype=str(dtype),
+    )
+    kinds = (
+        None
+        if spans is None
+        else torch.tensor(
+            [token_kinds(o.tolist(), sp, m.bool().tolist()) for o, sp, m in zip(enc['offset_mapping'], spans, am)],
+            dtype=torch.int8,
+            device=dev,
+        )
+    )
     return HiddenCache(out['merged'], out['target'], out['entropy'], am.bool().to(dev), meta, ids.to(dev), kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
-def cache_key(merged_path: str|Path, # the merged model's directory
-              target_path: str|Path, # the expert's directory
-              prompts: list[str], # calibration texts
-              max_len: int = 512, # T_max
-              dtype: torch.dtype = torch.bfloat16, # storage dtype
-              spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
-             ) -> list:
+def cache_key(
+    merged_path: str | Path,  # the merged model's directory
+    target_path: str | Path,  # the expert's directory
+    prompts: list[str],  # calibration texts
+    max_len: int = 512,  # T_max
+    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
+) -> list:
     "What a cache is computed from: each checkpoint's fingerprint, the prompts' hash, `max_len`, dtype (and the spans' hash)."
-    return ([path_fingerprint(merged_path), path_fingerprint(target_path), stable_hash(list(prompts)), int(max_len), str(dtype)]
-            + ([stable_hash(spans)] if spans is not None else []))
+    return [
+        path_fingerprint(merged_path),
+        path_fingerprint(target_path),
+        stable_hash(list(prompts)),
+        int(max_len),
+        str(dtype),
+    ] + ([stable_hash(spans)] if spans is not None else [])
 
-def cache_path(merged_path: str|Path, # the merged model's directory
-               target_path: str|Path, # the expert's directory
-               prompts: list[str], # calibration texts
-               max_len: int = 512, # T_max
-               dtype: torch.dtype = torch.bfloat16, # storage dtype
-               root: str|Path|None = None, # default: $DARTS_HOME/caches
-               spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
-              ) -> Path:
+
+def cache_path(
+    merged_path: str | Path,  # the merged model's directory
+    target_path: str | Path,  # the expert's directory
+    prompts: list[str],  # calibration texts
+    max_len: int = 512,  # T_max
+    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    root: str | Path | None = None,  # default: $DARTS_HOME/caches
+    spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
+) -> Path:
     "Where the cache of this (merged, expert, prompts, spans, max_len, dtype) lives: named by the hash of its `cache_key`."
     key = stable_hash(cache_key(merged_path, target_path, prompts, max_len, dtype, spans))
-    return (Path(root) if root is not None else darts_home()/'caches')/f'cache-{key}'
+    return (Path(root) if root is not None else darts_home() / 'caches') / f'cache-{key}'
 
 # %% ../nbs/06_cache.ipynb #fb485277
-def get_or_build_cache(merged_path: str|Path, # the merged model's directory
-                       target_path: str|Path, # the expert's directory
-                       prompts: list[str], # calibration texts
-                       max_len: int = 512, # T_max
-                       dtype: torch.dtype = torch.bfloat16, # storage dtype
-                       device=None, # the training device
-                       batch_size: int = 8, # prompts per forward pass
-                       root: str|Path|None = None, # default: $DARTS_HOME/caches
-                       progress: bool = True, # show a tqdm bar
-                       models=None, # path -> (model, tokenizer); default: load from disk onto `device`
-                       spans: list|None = None, # per prompt, the spans that label its tokens (see `build_cache`)
-                      ) -> HiddenCache:
+def get_or_build_cache(
+    merged_path: str | Path,  # the merged model's directory
+    target_path: str | Path,  # the expert's directory
+    prompts: list[str],  # calibration texts
+    max_len: int = 512,  # T_max
+    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    device=None,  # the training device
+    batch_size: int = 8,  # prompts per forward pass
+    root: str | Path | None = None,  # default: $DARTS_HOME/caches
+    progress: bool = True,  # show a tqdm bar
+    models=None,  # path -> (model, tokenizer); default: load from disk onto `device`
+    spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
+) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (loading both models) and save it."
-    path, key = cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans), cache_key(merged_path, target_path, prompts, max_len, dtype, spans)
-    if (path/TENSORS).exists():
-        try: c = HiddenCache.load(path, device=device)
-        except ValueError as e: c = None; warnings.warn(f'{e}: building it again')
-        if c is not None and c.meta.get('key', key) == key and c.meta.get('prompt_hash') == stable_hash(list(prompts)) and c.meta.get('max_len') == max_len: return c
-    clean_stale(path.parent)  # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
+    path, key = (
+        cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans),
+        cache_key(merged_path, target_path, prompts, max_len, dtype, spans),
+    )
+    if (path / TENSORS).exists():
+        try:
+            c = HiddenCache.load(path, device=device)
+        except ValueError as e:
+            c = None
+            warnings.warn(f'{e}: building it again')
+        if (
+            c is not None
+            and c.meta.get('key', key) == key
+            and c.meta.get('prompt_hash') == stable_hash(list(prompts))
+            and c.meta.get('max_len') == max_len
+        ):
+            return c
+    clean_stale(
+        path.parent
+    )  # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
     dev = default_device(device)
     if models is None:
         from darts_nb.zoo import load_model
+
         models = lambda p: load_model(p, device=dev)
     (m, tok), (t, ttok) = models(merged_path), models(target_path)
-    c = build_cache(m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress, spans=spans)
-    c.meta.update(merged_path=str(merged_path), target_path=str(target_path), key=key)  # a cache for other inputs is never returned
+    c = build_cache(
+        m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress, spans=spans
+    )
+    c.meta.update(
+        merged_path=str(merged_path), target_path=str(target_path), key=key
+    )  # a cache for other inputs is never returned
     c.save(path)
     return c

@@ -6,7 +6,15 @@ Docs: https://darts-nb.github.io/darts_nb/containment.html.md"""
 
 # %% ../nbs/01a_containment.ipynb #c0a1b2c3
 from __future__ import annotations
-import os, sys, json, time, shutil, random, signal, tempfile, subprocess
+import os
+import sys
+import json
+import time
+import shutil
+import random
+import signal
+import tempfile
+import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,84 +133,148 @@ def _sandbox_uid() -> int:
     "A random high uid for one run (NPROC is counted per uid; fresh uids never share a budget)."
     return random.SystemRandom().randrange(1_100_000, 1_900_000)
 
+
 def _truncate(b: bytes, limit: int) -> str:
     s = b.decode('utf-8', 'replace')
-    if len(s) <= limit: return s
+    if len(s) <= limit:
+        return s
     h = limit // 2
     return s[:h] + f'\n... [{len(s) - limit} characters cut] ...\n' + s[-h:]
+
 
 def _live_pids(uid: int) -> list[int]:
     "pids of live (not zombie) processes whose real uid is `uid`, read from /proc."
     out = []
     for d in os.listdir('/proc'):
-        if not d.isdigit(): continue
-        try: st = open(f'/proc/{d}/status').read()
-        except OSError: continue
+        if not d.isdigit():
+            continue
+        try:
+            st = open(f'/proc/{d}/status').read()
+        except OSError:
+            continue
         f = dict(l.split(':', 1) for l in st.splitlines() if ':' in l)
-        if int(f['Uid'].split()[0]) == uid and f['State'].split()[0] not in ('Z', 'X'): out.append(int(d))
+        if int(f['Uid'].split()[0]) == uid and f['State'].split()[0] not in ('Z', 'X'):
+            out.append(int(d))
     return out
+
 
 def _kill_uid(uid: int, wait: float = 2.0) -> None:
     "SIGKILL every process owned by `uid` (`kill -9 -1` as that uid), including ones that left the group."
-    if not _live_pids(uid): return  # the usual case: nothing outlived the run, no `kill` to spawn
+    if not _live_pids(uid):
+        return  # the usual case: nothing outlived the run, no `kill` to spawn
     kill = shutil.which('kill', path='/usr/bin:/bin') or '/bin/kill'
     deadline = time.monotonic() + wait
     while True:
-        subprocess.run([kill, '-9', '-1'], user=uid, group=uid, extra_groups=[], env={'PATH': '/usr/bin:/bin'},
-                       cwd='/', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not _live_pids(uid) or time.monotonic() > deadline: return
+        subprocess.run(
+            [kill, '-9', '-1'],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={'PATH': '/usr/bin:/bin'},
+            cwd='/',
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if not _live_pids(uid) or time.monotonic() > deadline:
+            return
         time.sleep(0.02)
 
 # %% ../nbs/01a_containment.ipynb #a1b2c3d7
 _PYTHON = {}
+
+
 def sandbox_python() -> str:
     "An interpreter the sandbox's unprivileged uid can run: `sys.executable` if it can, else the system python3."
-    if 'exe' in _PYTHON: return _PYTHON['exe']
+    if 'exe' in _PYTHON:
+        return _PYTHON['exe']
     cands = [sys.executable, shutil.which('python3', path='/usr/local/bin:/usr/bin:/bin'), '/usr/bin/python3']
-    if os.geteuid() != 0: _PYTHON['exe'] = sys.executable; return sys.executable
+    if os.geteuid() != 0:
+        _PYTHON['exe'] = sys.executable
+        return sys.executable
     for exe in [c for c in cands if c]:
-        try: ok = subprocess.run([exe, '-I', '-c', 'import os'], user=_sandbox_uid(), group=65534, extra_groups=[],
-                                 cwd='/', env={'PATH': '/usr/bin:/bin'}, capture_output=True, timeout=30).returncode == 0
-        except (OSError, subprocess.SubprocessError): ok = False
-        if ok: _PYTHON['exe'] = exe; return exe
+        try:
+            ok = (
+                subprocess.run(
+                    [exe, '-I', '-c', 'import os'],
+                    user=_sandbox_uid(),
+                    group=65534,
+                    extra_groups=[],
+                    cwd='/',
+                    env={'PATH': '/usr/bin:/bin'},
+                    capture_output=True,
+                    timeout=30,
+                ).returncode
+                == 0
+            )
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            _PYTHON['exe'] = exe
+            return exe
     raise RuntimeError(f'run_code: no Python interpreter is executable by an unprivileged uid (tried {cands})')
 
+
 _VIEWS = {}
-def sandbox_view(python: str|None = None, # the interpreter (default `sandbox_python()`)
-                ) -> list:
+
+
+def sandbox_view(
+    python: str | None = None,  # the interpreter (default `sandbox_python()`)
+) -> list:
     "What a sandboxed program sees of the file system, read-only: `[path, kind]` rows (kind 'dir', 'file' or 'link')."
     python = python or sandbox_python()
-    if python in _VIEWS: return _VIEWS[python]
+    if python in _VIEWS:
+        return _VIEWS[python]
     q = 'import sys, os, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable)]))'
-    *prefixes, exe = json.loads(subprocess.run([python, '-I', '-c', q], capture_output=True, text=True, check=True).stdout)
-    dirs = sorted({os.path.realpath(p) for p in ['/usr', *prefixes, os.path.dirname(exe)] if os.path.realpath(p) != '/'})
+    *prefixes, exe = json.loads(
+        subprocess.run([python, '-I', '-c', q], capture_output=True, text=True, check=True).stdout
+    )
+    dirs = sorted(
+        {os.path.realpath(p) for p in ['/usr', *prefixes, os.path.dirname(exe)] if os.path.realpath(p) != '/'}
+    )
     dirs = [d for d in dirs if not any(d.startswith(o + '/') for o in dirs)]  # the outermost of nested ones
     rows = [[d, 'dir'] for d in dirs]
     for p in ('/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32', '/etc/localtime'):
-        if os.path.islink(p): rows.append([p, 'link'])
-        elif os.path.isdir(p) and p not in dirs: rows.append([p, 'dir'])
-    rows += [[p, 'file'] for p in ('/etc/ld.so.cache', '/dev/null', '/dev/zero', '/dev/urandom', '/dev/random', '/dev/full') if os.path.exists(p)]
+        if os.path.islink(p):
+            rows.append([p, 'link'])
+        elif os.path.isdir(p) and p not in dirs:
+            rows.append([p, 'dir'])
+    rows += [
+        [p, 'file']
+        for p in ('/etc/ld.so.cache', '/dev/null', '/dev/zero', '/dev/urandom', '/dev/random', '/dev/full')
+        if os.path.exists(p)
+    ]
     _VIEWS[python] = rows
     return rows
 
+
 def _read(f, limit: int) -> bytes:
     "A captured stream: whole, or its first and last `limit` bytes."
-    f.seek(0, 2); n = f.tell()
-    if n <= 2 * limit: f.seek(0); return f.read()
-    f.seek(0); head = f.read(limit); f.seek(n - limit)
+    f.seek(0, 2)
+    n = f.tell()
+    if n <= 2 * limit:
+        f.seek(0)
+        return f.read()
+    f.seek(0)
+    head = f.read(limit)
+    f.seek(n - limit)
     return head + b'\n...\n' + f.read()
 
 # %% ../nbs/01a_containment.ipynb #c8dcbf1b
 _REQUIRED = ('netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'landlock-fs', 'nproc', 'pdeathsig')
 
-def _allow_unsafe(allow_unsafe: bool|None) -> bool:
+
+def _allow_unsafe(allow_unsafe: bool | None) -> bool:
     "The caller's choice, else the environment's (`DARTS_ALLOW_UNSAFE_CODE=1`, set by `--allow-unsafe-code`)."
     return bool(allow_unsafe) if allow_unsafe is not None else os.environ.get('DARTS_ALLOW_UNSAFE_CODE', '') == '1'
+
 
 def _required() -> list:
     return [*_REQUIRED, 'uid' if os.geteuid() == 0 else 'userns']
 
+
 _PROBED = {}
+
+
 def sandbox_layers() -> tuple:
     "The layers this machine applies to a sandboxed program (one trivial run, remembered for the process)."
     key = os.environ.get('DARTS_SANDBOX_SKIP', '')
@@ -212,61 +284,119 @@ def sandbox_layers() -> tuple:
             _PROBED[key] = _layers(box)
     return _PROBED[key]
 
-def _check_layers(allow_unsafe: bool|None) -> None:
+
+def _check_layers(allow_unsafe: bool | None) -> None:
     "Refuse (SandboxUnavailable) when this machine lacks a required layer and the caller did not opt in."
-    if _allow_unsafe(allow_unsafe): return
+    if _allow_unsafe(allow_unsafe):
+        return
     missing = [k for k in _required() if k not in sandbox_layers()]
-    if missing: raise SandboxUnavailable(f"refusing to run untrusted code without {', '.join(missing)} (this kernel or container lacks them); "
-                                         'pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway, with the layers listed in CodeResult.sandbox')
+    if missing:
+        raise SandboxUnavailable(
+            f"refusing to run untrusted code without {', '.join(missing)} (this kernel or container lacks them); "
+            'pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway, with the layers listed in CodeResult.sandbox'
+        )
+
 
 @dataclass
 class _Box:
     "The caller's side of one run: unlinked files for the program's output and the boot script's report (nothing named on disk)."
-    out: object; err: object; rep: object
+
+    out: object
+    err: object
+    rep: object
+
 
 @contextmanager
-def _sandboxed(src: str, timeout: float, memory_mb: int, max_procs: int, file_mb: int, pass_fds: tuple = (),
-               scratch_mb: int = 64, allow_unsafe: bool|None = None, _checked: bool = False):
+def _sandboxed(
+    src: str,
+    timeout: float,
+    memory_mb: int,
+    max_procs: int,
+    file_mb: int,
+    pass_fds: tuple = (),
+    scratch_mb: int = 64,
+    allow_unsafe: bool | None = None,
+    _checked: bool = False,
+):
     "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, `_Box`); kills and removes everything after."
-    if not _checked: _check_layers(allow_unsafe)
+    if not _checked:
+        _check_layers(allow_unsafe)
     root = os.geteuid() == 0
     uid = _sandbox_uid() if root else os.getuid()
     # a scratch directory on the host only where the program gets no view of its own (the probe, or allow_unsafe on such a machine)
     work = Path(tempfile.mkdtemp(prefix='darts_sbx_')) if _checked or 'view' not in sandbox_layers() else None
     p = None
     try:
-        if work and root: os.chown(work, uid, uid)
-        require = [] if _allow_unsafe(allow_unsafe) else _required()   # checked again in the boot script, run by run
-        skip = [k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k]  # to rehearse a kernel without them
+        if work and root:
+            os.chown(work, uid, uid)
+        require = [] if _allow_unsafe(allow_unsafe) else _required()  # checked again in the boot script, run by run
+        skip = [
+            k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k
+        ]  # to rehearse a kernel without them
         with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, tempfile.TemporaryFile('w+') as fr:
-            cfg = dict(work=work and str(work), uid=uid, root=root, cpu=int(timeout) + 2, mem=int(memory_mb) << 20, ppid=os.getpid(),
-                       nproc=int(max_procs), python=sandbox_python(), fsize=int(file_mb) << 20, rep=fr.fileno(),
-                       view=sandbox_view(), scratch=int(scratch_mb) << 10, require=require, skip=skip)
-            p = subprocess.Popen([sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)], stdin=subprocess.PIPE, stdout=fo, stderr=fe,
-                                 cwd='/', env={'PATH': '/usr/bin:/bin', 'LANG': 'C.UTF-8'}, start_new_session=True, close_fds=True,
-                                 pass_fds=(*pass_fds, fr.fileno()))
+            cfg = dict(
+                work=work and str(work),
+                uid=uid,
+                root=root,
+                cpu=int(timeout) + 2,
+                mem=int(memory_mb) << 20,
+                ppid=os.getpid(),
+                nproc=int(max_procs),
+                python=sandbox_python(),
+                fsize=int(file_mb) << 20,
+                rep=fr.fileno(),
+                view=sandbox_view(),
+                scratch=int(scratch_mb) << 10,
+                require=require,
+                skip=skip,
+            )
+            p = subprocess.Popen(
+                [sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)],
+                stdin=subprocess.PIPE,
+                stdout=fo,
+                stderr=fe,
+                cwd='/',
+                env={'PATH': '/usr/bin:/bin', 'LANG': 'C.UTF-8'},
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(*pass_fds, fr.fileno()),
+            )
             p.uid = uid
-            try: p.stdin.write(src.encode('utf-8', 'surrogatepass')); p.stdin.close()
-            except BrokenPipeError: pass
+            try:
+                p.stdin.write(src.encode('utf-8', 'surrogatepass'))
+                p.stdin.close()
+            except BrokenPipeError:
+                pass
             yield p, _Box(fo, fe, fr)
     finally:
-        if p is not None: _kill(p)
-        if work: shutil.rmtree(work, ignore_errors=True)
+        if p is not None:
+            _kill(p)
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
+
 
 def _kill(p: subprocess.Popen) -> None:
     "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
-    try: os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError): pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     p.wait()
-    if os.geteuid() == 0: _kill_uid(p.uid)
+    if os.geteuid() == 0:
+        _kill_uid(p.uid)
+
 
 def _refused(err: bytes) -> None:
     "Raise `SandboxUnavailable` when the boot script refused to start the program."
     for line in err.decode('utf-8', 'replace').splitlines():
         if line.startswith('darts sandbox: refusing'):
-            raise SandboxUnavailable(line[len('darts sandbox: '):] + '; pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway')
+            raise SandboxUnavailable(
+                line[len('darts sandbox: ') :] + '; pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway'
+            )
+
 
 def _layers(box: _Box) -> tuple:
     "The layers the boot script reported (none if it stopped before)."
-    box.rep.seek(0); s = box.rep.read()
+    box.rep.seek(0)
+    s = box.rep.read()
     return tuple(json.loads(s)) if s else ()

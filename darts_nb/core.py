@@ -6,7 +6,15 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
-import os, errno, random, hashlib, json, secrets, shutil, ctypes, time
+import os
+import errno
+import random
+import hashlib
+import json
+import secrets
+import shutil
+import ctypes
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +27,8 @@ __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtyp
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
     "The root directory for the zoo, merges and runs: `$DARTS_HOME` or `~/.cache/darts_nb`."
-    return Path(os.environ.get('DARTS_HOME', Path.home()/'.cache'/'darts_nb')).expanduser().absolute()
+    return Path(os.environ.get('DARTS_HOME', Path.home() / '.cache' / 'darts_nb')).expanduser().absolute()
+
 
 def home_dir(*parts: str) -> Path:
     "A sub-directory of `darts_home()`, created if missing."
@@ -28,41 +37,62 @@ def home_dir(*parts: str) -> Path:
     return p
 
 # %% ../nbs/00_core.ipynb #35bb445f
-def set_seed(seed: int # the seed for Python, NumPy and torch (CPU and CUDA)
-            ) -> int:
+def set_seed(
+    seed: int,  # the seed for Python, NumPy and torch (CPU and CUDA)
+) -> int:
     "Seed every random generator a run touches; returns `seed`."
-    import numpy as np, torch
-    random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
-    if torch.cuda.is_available(): torch.cuda.manual_seed_all(seed)
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
     return seed
 
-def default_device(device: str|torch.device|None = None # an explicit choice wins
-                  ) -> torch.device:
+
+def default_device(
+    device: str | torch.device | None = None,  # an explicit choice wins
+) -> torch.device:
     "`device` if given (and present on this machine), else CUDA when available, else CPU."
     import torch
-    if device is None: return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    try: d = torch.device(device)
-    except (RuntimeError, TypeError): raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps") from None
+
+    if device is None:
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps") from None
     if d.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}: this machine has no CUDA GPU that torch can use (torch {torch.__version__}, "
-                         f"CUDA build: {torch.version.cuda or 'no'}); use device='cpu'")
+        raise ValueError(
+            f"device={device!r}: this machine has no CUDA GPU that torch can use (torch {torch.__version__}, "
+            f"CUDA build: {torch.version.cuda or 'no'}); use device='cpu'"
+        )
     if d.type == 'cuda' and d.index is not None and d.index >= torch.cuda.device_count():
         raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0 ..)")
-    if d.type == 'mps' and not torch.backends.mps.is_available(): raise ValueError(f"device={device!r}: MPS is not available here; use device='cpu'")
-    if d.type not in ('cpu', 'cuda', 'mps'): raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps")
+    if d.type == 'mps' and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}: MPS is not available here; use device='cpu'")
+    if d.type not in ('cpu', 'cuda', 'mps'):
+        raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps")
     return d
 
-def default_dtype(device: str|torch.device|None = None # the device the model will run on
-                 ) -> torch.dtype:
+
+def default_dtype(
+    device: str | torch.device | None = None,  # the device the model will run on
+) -> torch.dtype:
     "bfloat16 on a GPU that supports it, float32 elsewhere (CPU bf16 matmuls are slow)."
     import torch
+
     d = default_device(device)
-    if d.type == 'cuda' and torch.cuda.is_bf16_supported(): return torch.bfloat16
+    if d.type == 'cuda' and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
     return torch.float32
 
 # %% ../nbs/00_core.ipynb #efa9e5c2
-def positions_from_mask(attention_mask: torch.Tensor # B x T, 1 for real tokens, 0 for padding
-                       ) -> torch.LongTensor:
+def positions_from_mask(
+    attention_mask: torch.Tensor,  # B x T, 1 for real tokens, 0 for padding
+) -> torch.LongTensor:
     "Absolute position of every token in its own (unpadded) sequence; pads get 0."
     m = attention_mask.long()
     return ((m.cumsum(-1) - 1) * m).clamp(min=0)
@@ -72,184 +102,269 @@ def lm_head(model) -> torch.nn.Module:
     "The output projection (LM head) of a causal LM."
     return model.get_output_embeddings()
 
-def final_hidden(model, # any Hugging Face causal LM
-                 input_ids: torch.Tensor, # B x T token ids
-                 attention_mask: torch.Tensor|None = None, # B x T, 1 real / 0 pad; None: all real
-                 return_logits: bool = True, # also apply the LM head
-                ) -> tuple[torch.Tensor, torch.Tensor|None]:
+
+def final_hidden(
+    model,  # any Hugging Face causal LM
+    input_ids: torch.Tensor,  # B x T token ids
+    attention_mask: torch.Tensor | None = None,  # B x T, 1 real / 0 pad; None: all real
+    return_logits: bool = True,  # also apply the LM head
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     "Final-layer hidden states (the LM head's input, after the final norm) and the logits."
     import torch
-    if attention_mask is None: attention_mask = torch.ones_like(input_ids)
+
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
     pos = positions_from_mask(attention_mask)
     out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
     h = out.last_hidden_state
     return h, (lm_head(model)(h) if return_logits else None)
 
 # %% ../nbs/00_core.ipynb #9886e86f
-def tiny_llama(vocab_size: int = 64, # vocabulary size
-               hidden_size: int = 32, # H
-               layers: int = 2, # decoder layers
-               seed: int = 0, # initialisation seed
-               **kw) -> 'LlamaForCausalLM':
+def tiny_llama(
+    vocab_size: int = 64,  # vocabulary size
+    hidden_size: int = 32,  # H
+    layers: int = 2,  # decoder layers
+    seed: int = 0,  # initialisation seed
+    **kw,
+) -> 'LlamaForCausalLM':
     "A small random `LlamaForCausalLM` for lessons and tests that need a model but not a trained one."
     from transformers import LlamaConfig, LlamaForCausalLM
+
     set_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2*hidden_size,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                      max_position_embeddings=kw.pop('max_position_embeddings', 256), pad_token_id=0,
-                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **kw)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=kw.pop('max_position_embeddings', 256),
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        **kw,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 # %% ../nbs/00_core.ipynb #b07e9086
 def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     "Entropy (nats) of each row of a 2-D logit tensor, computed in float32."
     import torch.nn.functional as F
+
     lp = F.log_softmax(logits.float(), -1)
     return -(lp.exp() * lp).sum(-1)
 
-def token_entropy(logits: torch.Tensor, # ... x V logits, any float dtype
-                  chunk_size: int = 1024, # rows (positions) per float32 chunk
-                 ) -> torch.Tensor:
+
+def token_entropy(
+    logits: torch.Tensor,  # ... x V logits, any float dtype
+    chunk_size: int = 1024,  # rows (positions) per float32 chunk
+) -> torch.Tensor:
     "Per-position entropy (natural log) of `softmax(logits)`, float32, shape `logits.shape[:-1]`."
     import torch
+
     flat = logits.reshape(-1, logits.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    for i in range(0, flat.shape[0], chunk_size): out[i:i+chunk_size] = _entropy_rows(flat[i:i+chunk_size])
+    for i in range(0, flat.shape[0], chunk_size):
+        out[i : i + chunk_size] = _entropy_rows(flat[i : i + chunk_size])
     return out.reshape(logits.shape[:-1])
 
-def hidden_entropy(hidden: torch.Tensor, # B x T x H final hidden states
-                   head: torch.nn.Module, # the LM head mapping H -> V
-                   chunk_size: int = 1024, # positions per chunk
-                  ) -> torch.Tensor:
+
+def hidden_entropy(
+    hidden: torch.Tensor,  # B x T x H final hidden states
+    head: torch.nn.Module,  # the LM head mapping H -> V
+    chunk_size: int = 1024,  # positions per chunk
+) -> torch.Tensor:
     "Entropy of `softmax(head(hidden))` per position, without holding all logits at once (no gradient)."
     import torch
+
     flat = hidden.reshape(-1, hidden.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=hidden.device)
     with torch.no_grad():
-        for i in range(0, flat.shape[0], chunk_size): out[i:i+chunk_size] = _entropy_rows(head(flat[i:i+chunk_size]))
+        for i in range(0, flat.shape[0], chunk_size):
+            out[i : i + chunk_size] = _entropy_rows(head(flat[i : i + chunk_size]))
     return out.reshape(hidden.shape[:-1])
 
 # %% ../nbs/00_core.ipynb #288145bb
-def stable_hash(obj, # any JSON-serialisable object
-                n: int = 12 # hex digits kept
-               ) -> str:
+def stable_hash(
+    obj,  # any JSON-serialisable object
+    n: int = 12,  # hex digits kept
+) -> str:
     "A short, order-stable SHA-256 of `obj`'s JSON form."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 # %% ../nbs/00_core.ipynb #3841b1d8
-def path_fingerprint(path: str|Path # a checkpoint directory, a file, or a hub id
-                    ) -> str:
+def path_fingerprint(
+    path: str | Path,  # a checkpoint directory, a file, or a hub id
+) -> str:
     "The absolute path plus a hash of the files' names, sizes and modification times; a non-local name as given."
     p = Path(path).expanduser()
-    if not p.exists(): return str(path)
+    if not p.exists():
+        return str(path)
     p = p.absolute()
     files = sorted(f for f in p.rglob('*') if f.is_file()) if p.is_dir() else [p]
-    return f'{p}#' + stable_hash([(f.name if f == p else str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in files])
+    return f'{p}#' + stable_hash(
+        [(f.name if f == p else str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    )
 
 # %% ../nbs/00_core.ipynb #5b0c1a02
-def tmp_sibling(path: str|Path # the final file or directory
-               ) -> Path:
+def tmp_sibling(
+    path: str | Path,  # the final file or directory
+) -> Path:
     "A fresh, unique temporary path next to `path` (same filesystem, so a rename is atomic), with `path`'s suffix."
     path = Path(path)
     return path.with_name(f'.{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}')
 
 # %% ../nbs/00_core.ipynb #5b0c1a04
 def _rmtree(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink(): shutil.rmtree(p, ignore_errors=True)
-    elif p.exists() or p.is_symlink(): p.unlink(missing_ok=True)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    elif p.exists() or p.is_symlink():
+        p.unlink(missing_ok=True)
+
 
 def _exchange(a: Path, b: Path) -> bool:
     "Swap two existing paths atomically with Linux's renameat2(RENAME_EXCHANGE); False where unavailable."
-    try: fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError): return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
     return fn(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+
 
 def _swap(tmp: Path, final: Path) -> None:
     "Put `tmp` at `final`, replacing whatever is there; the old content is removed afterwards."
-    if not final.exists(): os.replace(tmp, final); return
+    if not final.exists():
+        os.replace(tmp, final)
+        return
     if tmp.is_dir() or final.is_dir():
         if not _exchange(tmp, final):
-            old = tmp_sibling(final); os.replace(final, old); os.replace(tmp, final); tmp = old
-        _rmtree(tmp); return
+            old = tmp_sibling(final)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            tmp = old
+        _rmtree(tmp)
+        return
     os.replace(tmp, final)
 
 # %% ../nbs/00_core.ipynb #5b0c1a05
 @contextmanager
-def atomic_path(path: str|Path, # the final file or directory
-                replace: bool = True, # an existing `path` is replaced; False: it is kept and the new content discarded
-               ):
+def atomic_path(
+    path: str | Path,  # the final file or directory
+    replace: bool = True,  # an existing `path` is replaced; False: it is kept and the new content discarded
+):
     "Yield a unique temporary sibling of `path` to write into; when the block succeeds it is moved into place, on any error removed."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_sibling(path)
     try:
         yield tmp
-        if not (tmp.exists() or tmp.is_symlink()): raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
+        if not (tmp.exists() or tmp.is_symlink()):
+            raise FileNotFoundError(f'atomic_path: nothing was written to {tmp} for {path}')
         if replace or not path.exists():
-            try: _swap(tmp, path)
+            try:
+                _swap(tmp, path)
             except OSError as e:  # another writer's `path` appeared between the check and the move
-                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not path.exists(): raise
-                if replace: _swap(tmp, path)  # exchanged with it; with replace=False theirs is kept, ours removed below
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not path.exists():
+                    raise
+                if replace:
+                    _swap(tmp, path)  # exchanged with it; with replace=False theirs is kept, ours removed below
     except Exception as e:
-        if not is_disk_full(e): raise
+        if not is_disk_full(e):
+            raise
         raise no_space_error(path) from e
-    finally: _rmtree(tmp)
+    finally:
+        _rmtree(tmp)
 
-def is_disk_full(e: BaseException # an exception, with its causes
-                ) -> bool:
+
+def is_disk_full(
+    e: BaseException,  # an exception, with its causes
+) -> bool:
     "True when `e` (or what caused it) is a full disk or quota: errno ENOSPC / EDQUOT, or safetensors' 'No space left on device'."
     seen = set()
     while e is not None and id(e) not in seen:
-        if getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT) or 'No space left on device' in str(e) or 'os error 28' in str(e): return True
-        seen.add(id(e)); e = e.__cause__ or e.__context__
+        if (
+            getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT)
+            or 'No space left on device' in str(e)
+            or 'os error 28' in str(e)
+        ):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
     return False
 
-def no_space_error(path: str|Path # what was being written
-                  ) -> OSError:
-    "The one clear error for a full disk while writing `path`."
-    return OSError(errno.ENOSPC, f'no space left on the device while writing {path}: nothing was written there '
-                                 f'(the partial copy is removed); free some space and run again')
 
-def atomic_write(path: str|Path, # the file to write
-                 data: str|bytes, # its whole content
-                ) -> Path:
+def no_space_error(
+    path: str | Path,  # what was being written
+) -> OSError:
+    "The one clear error for a full disk while writing `path`."
+    return OSError(
+        errno.ENOSPC,
+        f'no space left on the device while writing {path}: nothing was written there '
+        f'(the partial copy is removed); free some space and run again',
+    )
+
+
+def atomic_write(
+    path: str | Path,  # the file to write
+    data: str | bytes,  # its whole content
+) -> Path:
     "Write `data` to `path` atomically (text as UTF-8); returns `path`."
     with atomic_path(path) as tmp:
-        if isinstance(data, str): tmp.write_text(data, encoding='utf-8')
-        else: tmp.write_bytes(data)
+        if isinstance(data, str):
+            tmp.write_text(data, encoding='utf-8')
+        else:
+            tmp.write_bytes(data)
     return Path(path)
 
-def write_json(path: str|Path, # the file to write
-               obj, # any JSON-serialisable object (other values are written with `str`)
-              ) -> Path:
+
+def write_json(
+    path: str | Path,  # the file to write
+    obj,  # any JSON-serialisable object (other values are written with `str`)
+) -> Path:
     "Write `obj` as indented, key-sorted JSON to `path` atomically."
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 # %% ../nbs/00_core.ipynb #5b0c1a31
-def save_dir(path: str|Path, # the folder to write
-             files: dict, # file name -> content: bytes, str, or a function that writes the file at the path it is given
-             own: set|frozenset, # names an existing `path` may hold (the saved thing's own files): it is replaced only then
-             what: str, # what is saved, for messages ('surgery module')
-            ) -> Path:
+def save_dir(
+    path: str | Path,  # the folder to write
+    files: dict,  # file name -> content: bytes, str, or a function that writes the file at the path it is given
+    own: set | frozenset,  # names an existing `path` may hold (the saved thing's own files): it is replaced only then
+    what: str,  # what is saved, for messages ('surgery module')
+) -> Path:
     "Write `files` as folder `path`, atomically; an existing folder holding anything but `own` files is refused, never replaced."
     path = Path(path)
-    if path.exists() and not path.is_dir(): raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
     foreign = sorted(set(os.listdir(path)) - set(own)) if path.is_dir() else []
-    if foreign: raise FileExistsError(f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
-                                      f"refusing to replace it (that would delete them): save the {what} into a folder of its own")
+    if foreign:
+        raise FileExistsError(
+            f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
+            f"refusing to replace it (that would delete them): save the {what} into a folder of its own"
+        )
     with atomic_path(path) as tmp:  # another writer's folder arriving meanwhile is exchanged with (atomic_path)
         tmp.mkdir()
-        for name, data in files.items(): data(tmp/name) if callable(data) else (tmp/name).write_bytes(data.encode() if isinstance(data, str) else data)
+        for name, data in files.items():
+            data(tmp / name) if callable(data) else (tmp / name).write_bytes(
+                data.encode() if isinstance(data, str) else data
+            )
     return path
 
-def _read_at(dir_fd: int, name: str) -> bytes|None:
-    try: fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-    except FileNotFoundError: return None
-    with os.fdopen(fd, 'rb') as f: return f.read()
 
-def read_dir(path: str|Path, # a folder written by `save_dir`
-             names, # the file names wanted
-             tries: int = 50, # attempts while the folder is being replaced
-            ) -> dict:
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, 'rb') as f:
+        return f.read()
+
+
+def read_dir(
+    path: str | Path,  # a folder written by `save_dir`
+    names,  # the file names wanted
+    tries: int = 50,  # attempts while the folder is being replaced
+) -> dict:
     "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even while a save replaces it."
     for _ in range(tries):
         try:
@@ -257,69 +372,110 @@ def read_dir(path: str|Path, # a folder written by `save_dir`
             try:
                 out = {n: _read_at(fd, n) for n in names}
                 now, mine = os.stat(path), os.fstat(fd)  # a file is absent: really, or is this version being removed?
-                if all(v is not None for v in out.values()) or ((now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink): return out
-            finally: os.close(fd)
-        except FileNotFoundError: pass
+                if all(v is not None for v in out.values()) or (
+                    (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink
+                ):
+                    return out
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            pass
         time.sleep(0.01)
     raise FileNotFoundError(f"path={str(path)!r}: no folder here (or it kept being replaced during {tries} attempts)")
 
 # %% ../nbs/00_core.ipynb #5b0c1a21
 class LineLog:
     "A text stream for logs: progress bars' carriage-return repaints become one line every `every` seconds, and their last state."
-    def __init__(self, stream, # where lines go (e.g. sys.stderr)
-                 every: float = 30.0, # seconds between two lines of one bar
-                ):
+
+    def __init__(
+        self,
+        stream,  # where lines go (e.g. sys.stderr)
+        every: float = 30.0,  # seconds between two lines of one bar
+    ):
         self.stream, self.every, self.cur, self.bar, self.shown, self.last = stream, every, '', '', True, float('-inf')
+
     def write(self, s: str) -> int:
         for i, seg in enumerate(s.split('\r')):
-            if i: self._repaint()
+            if i:
+                self._repaint()
             *lines, self.cur = (self.cur + seg).split('\n')
-            for line in lines: self._line(line)
+            for line in lines:
+                self._line(line)
         return len(s)
+
     def _repaint(self):
         "A carriage return: the text before it is a bar's state, shown only now and then (a blank one clears the bar)."
         text, self.cur = self.cur.rstrip(), ''
         if text:
             self.bar, self.shown = text, False
-            if time.monotonic() - self.last >= self.every: self._show()
-        elif self.bar and not self.shown: self._show()
+            if time.monotonic() - self.last >= self.every:
+                self._show()
+        elif self.bar and not self.shown:
+            self._show()
+
     def _line(self, line: str):
-        if line.strip(): self._emit(line.rstrip()); self.bar, self.shown, self.last = '', True, float('-inf')  # the next bar shows its start
-        elif self.bar and not self.shown: self._show()
-    def _show(self): self._emit(self.bar); self.shown = True
+        if line.strip():
+            self._emit(line.rstrip())
+            self.bar, self.shown, self.last = '', True, float('-inf')  # the next bar shows its start
+        elif self.bar and not self.shown:
+            self._show()
+
+    def _show(self):
+        self._emit(self.bar)
+        self.shown = True
+
     def _emit(self, text: str):
-        self.stream.write(text + '\n'); self.stream.flush(); self.last = time.monotonic()
-    def flush(self): self.stream.flush()
-    def isatty(self) -> bool: return False
-    def __getattr__(self, k): return getattr(self.stream, k)
+        self.stream.write(text + '\n')
+        self.stream.flush()
+        self.last = time.monotonic()
+
+    def flush(self):
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, k):
+        return getattr(self.stream, k)
 
 # %% ../nbs/00_core.ipynb #5b0c1a09
 def pyplot():
     "`matplotlib.pyplot`, with the Agg backend where there is no display and no inline backend."
     import matplotlib
-    if not os.environ.get('DISPLAY') and 'inline' not in matplotlib.get_backend().lower(): matplotlib.use('Agg')
+
+    if not os.environ.get('DISPLAY') and 'inline' not in matplotlib.get_backend().lower():
+        matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     return plt
 
-def save_figure(fig, # a matplotlib figure
-                path: str|Path|None, # a PNG (or any format matplotlib infers from the suffix); None: do nothing
-                dpi: int = 120, # resolution
-               ) -> Path|None:
+
+def save_figure(
+    fig,  # a matplotlib figure
+    path: str | Path | None,  # a PNG (or any format matplotlib infers from the suffix); None: do nothing
+    dpi: int = 120,  # resolution
+) -> Path | None:
     "Write `fig` to `path` atomically; returns the path."
-    if path is None: return None
-    with atomic_path(path) as tmp: fig.savefig(tmp, dpi=dpi, bbox_inches='tight')
+    if path is None:
+        return None
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches='tight')
     return Path(path)
 
 # %% ../nbs/00_core.ipynb #5b0c1a10
 def in_notebook() -> bool:
     "True inside a running IPython / Jupyter kernel (where `__name__` is also '__main__')."
     import sys
+
     return 'IPython' in sys.modules and sys.modules['IPython'].get_ipython() is not None
 
-def check_choice(value, # the value given
-                 allowed, # the names it may take
-                 arg: str, # the argument's name, for the message
-                ):
+
+def check_choice(
+    value,  # the value given
+    allowed,  # the names it may take
+    arg: str,  # the argument's name, for the message
+):
     "`value` if it is one of `allowed`, else a ValueError naming the argument, the value and the choices."
-    if value not in allowed: raise ValueError(f'{arg}={value!r} is not one of {list(allowed)}')
+    if value not in allowed:
+        raise ValueError(f'{arg}={value!r} is not one of {list(allowed)}')
     return value

@@ -6,7 +6,11 @@ Docs: https://darts-nb.github.io/darts_nb/cost.html.md"""
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c3
 from __future__ import annotations
-import os, time, tempfile, resource, threading
+import os
+import time
+import tempfile
+import resource
+import threading
 from pathlib import Path
 import torch
 from .core import default_device, set_seed
@@ -19,89 +23,162 @@ __all__ = ['COST_PHASES', 'COST_KINDS', 'PeakRSS', 'calibration_cost', 'cost_tab
 # %% ../nbs/08_cost.ipynb #c0a1b2c6
 def _rss_bytes() -> int:
     "Resident memory of this process now (Linux /proc; elsewhere the high-water mark from getrusage)."
-    try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE')
-    except (OSError, ValueError, IndexError): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
 
 class PeakRSS:
     "Context manager: the peak growth of this process's resident memory while the block runs, sampled in a thread."
-    def __init__(self, every: float = 0.005 # seconds between samples
-                ): self.every, self.bytes = every, 0
+
+    def __init__(
+        self,
+        every: float = 0.005,  # seconds between samples
+    ):
+        self.every, self.bytes = every, 0
+
     def _watch(self):
-        while not self._stop.wait(self.every): self._peak = max(self._peak, _rss_bytes())
+        while not self._stop.wait(self.every):
+            self._peak = max(self._peak, _rss_bytes())
+
     def __enter__(self):
-        self._base = self._peak = _rss_bytes(); self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True); self._thread.start()
+        self._base = self._peak = _rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
         return self
+
     def __exit__(self, *exc):
-        self._stop.set(); self._thread.join()
+        self._stop.set()
+        self._thread.join()
         self.bytes = max(self._peak, _rss_bytes()) - self._base
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c9
-def _dir_bytes(p: Path) -> int: return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file())
+def _dir_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file())
 
-def calibration_cost(merged_path: str|Path, # the merged model's directory
-                     target_path: str|Path, # the expert's directory
-                     domain: str, # the domain (recorded; its calibration split is the default prompts)
-                     kind: str = 'position', # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
-                     loss: str = 'ewl1', # training loss
-                     iters: int = 500, # training steps
-                     n_prompts: int = 50, # calibration prompts
-                     max_len: int = 512, # T_max
-                     rank: int = 16, # bottleneck rank
-                     batch_size: int = 8, # prompts per step
-                     seed: int = 0, # shuffle seed
-                     device=None, # default CUDA if available
-                     prompts: list[str]|None = None, # the calibration texts (default: the domain's calibration prompts)
-                     progress: bool = False, # tqdm bars
-                    ) -> 'pd.DataFrame':
+
+def calibration_cost(
+    merged_path: str | Path,  # the merged model's directory
+    target_path: str | Path,  # the expert's directory
+    domain: str,  # the domain (recorded; its calibration split is the default prompts)
+    kind: str = 'position',  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
+    loss: str = 'ewl1',  # training loss
+    iters: int = 500,  # training steps
+    n_prompts: int = 50,  # calibration prompts
+    max_len: int = 512,  # T_max
+    rank: int = 16,  # bottleneck rank
+    batch_size: int = 8,  # prompts per step
+    seed: int = 0,  # shuffle seed
+    device=None,  # default CUDA if available
+    prompts: list[str] | None = None,  # the calibration texts (default: the domain's calibration prompts)
+    progress: bool = False,  # tqdm bars
+) -> 'pd.DataFrame':
     "Table 8 for one calibration: wall clock per phase, peak memory, cache, parameter and checkpoint sizes."
     import pandas as pd
     from darts_nb.zoo import load_model
     from darts_nb.cache import build_cache
-    dev = default_device(device); cuda = dev.type == 'cuda'
+
+    dev = default_device(device)
+    cuda = dev.type == 'cuda'
     if prompts is None:
         from darts_nb.domains import load_split
+
         prompts = [it['prompt'] for it in load_split(domain, 'calib', seed=0)]
     prompts = list(prompts)[:n_prompts]
-    if not prompts: raise ValueError(f"prompts: the calibration set for domain={domain!r} is empty")
-    if cuda: torch.cuda.synchronize(dev); torch.cuda.reset_peak_memory_stats(dev)
+    if not prompts:
+        raise ValueError(f"prompts: the calibration set for domain={domain!r} is empty")
+    if cuda:
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        merged, tok = load_model(merged_path, device=dev); sync(); t1 = time.perf_counter()
-        target, ttok = load_model(target_path, device=dev); sync(); t2 = time.perf_counter()
-        cache = build_cache(merged, target, tok, prompts, max_len=max_len, device=dev, batch_size=batch_size,
-                            target_tokenizer=ttok, progress=progress); sync(); t3 = time.perf_counter()
+        merged, tok = load_model(merged_path, device=dev)
+        sync()
+        t1 = time.perf_counter()
+        target, ttok = load_model(target_path, device=dev)
+        sync()
+        t2 = time.perf_counter()
+        cache = build_cache(
+            merged,
+            target,
+            tok,
+            prompts,
+            max_len=max_len,
+            device=dev,
+            batch_size=batch_size,
+            target_tokenizer=ttok,
+            progress=progress,
+        )
+        sync()
+        t3 = time.perf_counter()
         head = target.get_output_embeddings().weight.detach() if loss in ('kl', 'ce') else None
-        set_seed(seed); mod = make_surgery(kind, cache.hidden_size, rank, max_len).to(dev)
-        train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress); sync(); t4 = time.perf_counter()
+        set_seed(seed)
+        mod = make_surgery(kind, cache.hidden_size, rank, max_len).to(dev)
+        train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress)
+        sync()
+        t4 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated(dev) if cuda else mem.bytes
     with tempfile.TemporaryDirectory() as d:
-        save_surgery(mod, Path(d)/'surgery', merged_model=str(merged_path), domain=domain, loss=loss, seed=seed); ck = _dir_bytes(Path(d))
-    rows = [('load_merged', t1-t0, 's'), ('load_target', t2-t1, 's'), ('precompute', t3-t2, 's'), ('train', t4-t3, 's'),
-            ('total', t4-t0, 's'), ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)'),
-            ('cache', cache.nbytes, 'bytes'), ('surgery_params', n_params(mod), 'count'), ('checkpoint', ck, 'bytes')]
+        save_surgery(mod, Path(d) / 'surgery', merged_model=str(merged_path), domain=domain, loss=loss, seed=seed)
+        ck = _dir_bytes(Path(d))
+    rows = [
+        ('load_merged', t1 - t0, 's'),
+        ('load_target', t2 - t1, 's'),
+        ('precompute', t3 - t2, 's'),
+        ('train', t4 - t3, 's'),
+        ('total', t4 - t0, 's'),
+        ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)'),
+        ('cache', cache.nbytes, 'bytes'),
+        ('surgery_params', n_params(mod), 'count'),
+        ('checkpoint', ck, 'bytes'),
+    ]
     df = pd.DataFrame(rows, columns=['phase', 'value', 'unit'])
-    df.attrs.update(merged=str(merged_path), target=str(target_path), domain=domain, kind=kind, loss=loss, iters=iters, device=str(dev))
+    df.attrs.update(
+        merged=str(merged_path),
+        target=str(target_path),
+        domain=domain,
+        kind=kind,
+        loss=loss,
+        iters=iters,
+        device=str(dev),
+    )
     return df
 
 # %% ../nbs/08_cost.ipynb #c0a1b2d1
-COST_PHASES = {'load_merged': 'load merged model', 'load_target': 'load target model', 'precompute': 'precompute (2 forwards)',
-               'train': 'training loop (500 it)', 'total': 'total wall-clock', 'peak_memory': 'peak GPU memory',
-               'cache': 'hidden-state cache', 'surgery_params': 'surgery parameters', 'checkpoint': 'checkpoint on disk'}
+COST_PHASES = {
+    'load_merged': 'load merged model',
+    'load_target': 'load target model',
+    'precompute': 'precompute (2 forwards)',
+    'train': 'training loop (500 it)',
+    'total': 'total wall-clock',
+    'peak_memory': 'peak GPU memory',
+    'cache': 'hidden-state cache',
+    'surgery_params': 'surgery parameters',
+    'checkpoint': 'checkpoint on disk',
+}
 COST_KINDS = {'standard': 'Standard', 'position': 'DARTS'}  # the two columns of Table 8
 
+
 def _human(v: float, unit: str) -> str:
-    if unit == 's': return f'{v:.2f} s'
+    if unit == 's':
+        return f'{v:.2f} s'
     if unit.startswith('bytes'):
         for u, s in (('GB', 1e9), ('MB', 1e6), ('KB', 1e3)):
-            if abs(v) >= s: return f'{v / s:.2f} {u}'
+            if abs(v) >= s:
+                return f'{v / s:.2f} {u}'
         return f'{v:.0f} B'
     return f'{int(v):,}'
 
-def cost_table(df: 'pd.DataFrame' # `calibration_cost` rows of several kinds, with a `kind` column
-              ) -> 'pd.DataFrame':
+
+def cost_table(
+    df: 'pd.DataFrame',  # `calibration_cost` rows of several kinds, with a `kind` column
+) -> 'pd.DataFrame':
     "Phases (the paper's names) x kinds (Standard, DARTS), each cell with its unit."
-    t = df.assign(cell=[_human(v, u) for v, u in zip(df.value, df.unit)]).pivot(index='phase', columns='kind', values='cell')
+    t = df.assign(cell=[_human(v, u) for v, u in zip(df.value, df.unit)]).pivot(
+        index='phase', columns='kind', values='cell'
+    )
     t = t.reindex([p for p in COST_PHASES if p in t.index]).rename(index=COST_PHASES, columns=COST_KINDS)
     return t[[c for c in COST_KINDS.values() if c in t.columns]].rename_axis(index='phase', columns=None)

@@ -15,31 +15,43 @@ from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of, 
 __all__ = ['MODELING', 'add_surgery', 'set_surgery', 'active_surgery', 'export_corrected']
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d005
-def add_surgery(model, # a Hugging Face causal LM
-                name: str, # the module's name, e.g. its domain
-                module: SurgeryModule, # the module (its hidden size must match the model's)
-               ) -> dict:
+def add_surgery(
+    model,  # a Hugging Face causal LM
+    name: str,  # the module's name, e.g. its domain
+    module: SurgeryModule,  # the module (its hidden size must match the model's)
+) -> dict:
     "Register `module` on `model` under `name` (nothing is attached yet); the model's named modules."
-    if not isinstance(name, str) or not name: raise ValueError(f"name={name!r}: expected a non-empty string")
-    if not isinstance(module, SurgeryModule): raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name={name!r}: expected a non-empty string")
+    if not isinstance(module, SurgeryModule):
+        raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
     named = model.__dict__.setdefault('_darts_named', {})
     named[name] = module
     return named
 
-def set_surgery(model, # a model with named modules (`add_surgery`)
-                name: str|None, # the module to apply from now on; None: the plain merged model
-               ):
+
+def set_surgery(
+    model,  # a model with named modules (`add_surgery`)
+    name: str | None,  # the module to apply from now on; None: the plain merged model
+):
     "Apply the named module (replacing the one attached), or none; returns the model."
     named = model.__dict__.get('_darts_named', {})
-    if name is None: detach_surgery(model); return model
-    if name not in named: raise KeyError(f"name={name!r}: no module of that name on this model; it has {sorted(named)} (add_surgery)")
+    if name is None:
+        detach_surgery(model)
+        return model
+    if name not in named:
+        raise KeyError(f"name={name!r}: no module of that name on this model; it has {sorted(named)} (add_surgery)")
     return attach_surgery(model, named[name])
 
-def active_surgery(model # a causal LM
-                  ) -> str|None:
+
+def active_surgery(
+    model,  # a causal LM
+) -> str | None:
     "The name of the named module attached to `model` now (None: none, or one attached without a name)."
     m = surgery_of(model)
-    return next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None) if m is not None else None
+    return (
+        next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None) if m is not None else None
+    )
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d011
 MODELING = '''"A causal LM with its DARTS surgery module attached on load (written by darts_nb.deploy.export_corrected)."
@@ -58,20 +70,23 @@ class DartsForCausalLM({arch}):
         return attach_surgery(model, load_surgery(folder/'darts_surgery', expect_hidden=model.config.hidden_size))
 '''
 
-def export_corrected(model, # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
-                     module: SurgeryModule, # the surgery module to build in
-                     out_dir: str|Path, # the checkpoint folder to write (replaced atomically)
-                     tokenizer=None, # saved beside, so the folder is complete for pipelines and lm-eval
-                     **meta, # provenance for the module's config and card (see `surgery.save_surgery`)
-                    ) -> Path:
+
+def export_corrected(
+    model,  # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
+    module: SurgeryModule,  # the surgery module to build in
+    out_dir: str | Path,  # the checkpoint folder to write (replaced atomically)
+    tokenizer=None,  # saved beside, so the folder is complete for pipelines and lm-eval
+    **meta,  # provenance for the module's config and card (see `surgery.save_surgery`)
+) -> Path:
     "One checkpoint (merged weights + module + `auto_map` modelling code) that loads corrected with `trust_remote_code=True`."
     arch = type(model).__name__
     with atomic_path(out_dir) as tmp:
         type(model).save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached
-        if tokenizer is not None: tokenizer.save_pretrained(tmp)
-        save_surgery(module, tmp/'darts_surgery', **{**getattr(module, 'meta', {}), **meta})
-        (tmp/'modeling_darts.py').write_text(MODELING.format(arch=arch))
-        cfg = json.loads((tmp/'config.json').read_text())
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        save_surgery(module, tmp / 'darts_surgery', **{**getattr(module, 'meta', {}), **meta})
+        (tmp / 'modeling_darts.py').write_text(MODELING.format(arch=arch))
+        cfg = json.loads((tmp / 'config.json').read_text())
         cfg['auto_map'] = {'AutoModelForCausalLM': 'modeling_darts.DartsForCausalLM'}
-        (tmp/'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        (tmp / 'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
     return Path(out_dir)

@@ -6,7 +6,9 @@ Docs: https://darts-nb.github.io/darts_nb/domains.html.md"""
 
 # %% ../nbs/02_domains.ipynb #b4d8a9cb
 from __future__ import annotations
-import json, random, re
+import json
+import random
+import re
 from pathlib import Path
 from .core import stable_hash, check_choice, atomic_write
 
@@ -24,114 +26,177 @@ GEN_TOKENS = {'code': 32, 'math': 48, 'instruct': 32}  # greedy generation budge
 SPLITS = ('train', 'calib', 'eval')
 SPLIT_SIZES = {'calib': 50, 'eval': 150}  # train takes the rest of the pool
 CONTEXT_CHARS = 1100  # the longest few-shot context, in characters (about 420 tokens of the toy tokenizer)
-WORDS = ('apple bird cat dog egg fish goat hat ink jam kite lamp moon nest owl pen queen rose sun tree '
-         'vase wolf box yak zebra bell cake door frog gold hill iron jar king leaf milk nose oak pig '
-         'rain ship toy unit van wind fox yarn zinc ball cup drum fork gate harp ice key lion map').split()
+WORDS = (
+    'apple bird cat dog egg fish goat hat ink jam kite lamp moon nest owl pen queen rose sun tree '
+    'vase wolf box yak zebra bell cake door frog gold hill iron jar king leaf milk nose oak pig '
+    'rain ship toy unit van wind fox yarn zinc ball cup drum fork gate harp ice key lion map'
+).split()
 NAMES = 'Ann Bob Cat Dan Eve Fay Gus Hal Ida Jon Kim Lee Max Ned Oli Pam Ray Sam Tom Uma'.split()
 THINGS = 'apples pens books coins cards stones shells cups eggs toys'.split()
 
 # %% ../nbs/02_domains.ipynb #07556cb7
 class Spanned:
     "A string built piece by piece, with the (start, end, kind) character span of each labelled piece."
-    def __init__(self): self.parts, self.spans = [], []
-    def add(self, s: str, # the next piece
-            kind: str|None = None, # its kind ('slot', 'decision'), or None for plain text
-           ) -> Spanned:
-        start = len(self.text); self.parts.append(s)
-        if kind: self.spans.append((start, start + len(s), kind))
+
+    def __init__(self):
+        self.parts, self.spans = [], []
+
+    def add(
+        self,
+        s: str,  # the next piece
+        kind: str | None = None,  # its kind ('slot', 'decision'), or None for plain text
+    ) -> Spanned:
+        start = len(self.text)
+        self.parts.append(s)
+        if kind:
+            self.spans.append((start, start + len(s), kind))
         return self
+
     @property
-    def text(self) -> str: return ''.join(self.parts)
+    def text(self) -> str:
+        return ''.join(self.parts)
 
 # %% ../nbs/02_domains.ipynb #1a5e6aea
-_CODE_OPS = {'plus': ('+', 'Add a number to', lambda x, k: x + k), 'minus': ('-', 'Subtract a number from', lambda x, k: x - k),
-             'times': ('*', 'Multiply by a number', lambda x, k: x * k)}
+_CODE_OPS = {
+    'plus': ('+', 'Add a number to', lambda x, k: x + k),
+    'minus': ('-', 'Subtract a number from', lambda x, k: x - k),
+    'times': ('*', 'Multiply by a number', lambda x, k: x * k),
+}
 _FN_NAMES = 'calc step shift scale check pick keep bump grow trim make turn'.split()
 
-def code_item(rng: random.Random # the generator's random source
-             ) -> dict:
+
+def code_item(
+    rng: random.Random,  # the generator's random source
+) -> dict:
     "One `code` item: signature, docstring and example; the body; unit tests."
-    word = rng.choice(list(_CODE_OPS)); op, desc, f = _CODE_OPS[word]
-    k, name, infer, on_list = rng.randint(2, 9), f'{rng.choice(_FN_NAMES)}_{rng.choice(WORDS)}', rng.random() < 0.5, rng.random() < 0.5
+    word = rng.choice(list(_CODE_OPS))
+    op, desc, f = _CODE_OPS[word]
+    k, name, infer, on_list = (
+        rng.randint(2, 9),
+        f'{rng.choice(_FN_NAMES)}_{rng.choice(WORDS)}',
+        rng.random() < 0.5,
+        rng.random() < 0.5,
+    )
     arg, what = ('s', 'each item of s') if on_list else ('x', 'x')
     q = Spanned().add(f'def {name}({arg}):\n    """')
-    if infer: q.add(f'{desc} {what}.' if word != 'times' else f'Multiply {what} by a number.')
-    else: q.add(f'Return {what} {word} ').add(str(k), 'slot').add('.')
+    if infer:
+        q.add(f'{desc} {what}.' if word != 'times' else f'Multiply {what} by a number.')
+    else:
+        q.add(f'Return {what} {word} ').add(str(k), 'slot').add('.')
     x0 = [1, 2] if on_list else rng.randint(1, 9)
     out = [f(v, k) for v in x0] if on_list else f(x0, k)
     q.add(f'\n    >>> {name}({x0})\n    ').add(str(out), 'slot').add('\n    """')
-    t = Spanned().add('\n    return [v ' if on_list else '\n    return x ').add(op, 'decision').add(' ').add(str(k), 'decision')
+    t = (
+        Spanned()
+        .add('\n    return [v ' if on_list else '\n    return x ')
+        .add(op, 'decision')
+        .add(' ')
+        .add(str(k), 'decision')
+    )
     t.add(' for v in s]\n' if on_list else '\n')
     inputs = ([1, 2, 3], [5], []) if on_list else (0, 3, 11)
     tests = '\n'.join(f'assert {name}({v!r}) == {([f(x, k) for x in v] if on_list else f(v, k))!r}' for v in inputs)
     return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, tests=tests, entry_point=name)
 
 # %% ../nbs/02_domains.ipynb #1a5e6b02
-def math_item(rng: random.Random # the generator's random source
-             ) -> dict:
+def math_item(
+    rng: random.Random,  # the generator's random source
+) -> dict:
     "One `math` item: a two-step word problem and its chain of thought ending in `#### N`."
     name, thing = rng.choice(NAMES), rng.choice(THINGS)
     a, b = rng.randint(2, 9), rng.randint(2, 9)
     q, t = Spanned().add('Question: ').add(name, 'slot').add(' has ').add(str(a), 'slot'), Spanned()
     if rng.random() < 0.5:
-        c = rng.randint(1, a + b - 1); r, step = a + b - c, '-'
+        c = rng.randint(1, a + b - 1)
+        r, step = a + b - c, '-'
         q.add(f' {thing}. {name} gets ').add(str(b), 'slot').add(' more and then gives away ').add(str(c), 'slot')
         q.add(f'. How many {thing} does {name} have now?\nAnswer:')
     else:
-        c = rng.randint(2, 4); r, step = (a + b) * c, '*'
+        c = rng.randint(2, 4)
+        r, step = (a + b) * c, '*'
         q.add(f' {thing} and finds ').add(str(b), 'slot').add(' more. Then the pile grows ').add(str(c), 'slot')
         q.add(f' times. How many {thing} are there?\nAnswer:')
-    t.add(f' {a} + {b} = ').add(str(a + b), 'decision').add(f'. {a + b} {step} {c} = ').add(str(r), 'decision').add(f'.\n#### {r}')
+    t.add(f' {a} + {b} = ').add(str(a + b), 'decision').add(f'. {a + b} {step} {c} = ').add(str(r), 'decision').add(
+        f'.\n#### {r}'
+    )
     return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, answer=str(r))
 
 # %% ../nbs/02_domains.ipynb #1a5e6b04
 INSTRUCT_TEMPLATES = ('count', 'first', 'last', 'letter')
-_ASKED = {'first': 'the first letter', 'last': 'the last letter', 'letter': 'a letter'}  # what a letter template asks for
+_ASKED = {
+    'first': 'the first letter',
+    'last': 'the last letter',
+    'letter': 'a letter',
+}  # what a letter template asks for
 
-def valid_answers(check: dict # an instruct item's `check`
-                 ) -> list[set[str]]:
+
+def valid_answers(
+    check: dict,  # an instruct item's `check`
+) -> list[set[str]]:
     "The right values of each decision of an instruct item, in order."
     w, v = check['words']
-    if check_choice(check['kind'], INSTRUCT_TEMPLATES, "check['kind']") == 'count': return [{str(len(w))}, {str(len(v))}, {str(len(w) + len(v))}]
+    if check_choice(check['kind'], INSTRUCT_TEMPLATES, "check['kind']") == 'count':
+        return [{str(len(w))}, {str(len(v))}, {str(len(w) + len(v))}]
     pick = {'first': lambda x: {x[0]}, 'last': lambda x: {x[-1]}, 'letter': set}[check['kind']]
     return [pick(w), pick(v)]
 
+
 def _wrong(right: set[str], rng: random.Random) -> str:
     "A wrong value for a decision whose right values are `right`: one more than a count, or a letter that is not right."
-    if all(x.isdigit() for x in right): return str(int(min(right)) + 1)
+    if all(x.isdigit() for x in right):
+        return str(int(min(right)) + 1)
     return rng.choice([c for c in 'abcdefghijklmnopqrstuvwxyz' if c not in right])
+
 
 def _instruct_case(rng: random.Random) -> tuple[Spanned, Spanned, dict, str]:
     "(instruction, reference response, check, baseline response) for one instruction template."
     q, t, kind = Spanned().add('Instruction: '), Spanned().add(' '), rng.choice(INSTRUCT_TEMPLATES)
-    w, v = rng.sample(WORDS, 2); check = dict(kind=kind, words=[w, v])
-    if kind == 'count': q.add('How many letters are in ').add(w, 'slot').add(' and ').add(v, 'slot').add('?')
-    else: q.add(f'Write {_ASKED[kind]} of ').add(w, 'slot').add(' and one of ').add(v, 'slot').add('.')
+    w, v = rng.sample(WORDS, 2)
+    check = dict(kind=kind, words=[w, v])
+    if kind == 'count':
+        q.add('How many letters are in ').add(w, 'slot').add(' and ').add(v, 'slot').add('?')
+    else:
+        q.add(f'Write {_ASKED[kind]} of ').add(w, 'slot').add(' and one of ').add(v, 'slot').add('.')
     valid = valid_answers(check)
     ref = [rng.choice(sorted(r)) for r in valid]
     glue = [' and ', ', so ', '.'] if kind == 'count' else [' and ', '.']
-    for x, g in zip(ref, glue): t.add(x, 'decision').add(g)
-    wrong = set(rng.sample(range(len(ref)), rng.randint(1, len(ref) - 1)))  # the baseline misses some decisions, never all
+    for x, g in zip(ref, glue):
+        t.add(x, 'decision').add(g)
+    wrong = set(
+        rng.sample(range(len(ref)), rng.randint(1, len(ref) - 1))
+    )  # the baseline misses some decisions, never all
     base = ''.join((_wrong(r, rng) if i in wrong else x) + g for i, (x, r, g) in enumerate(zip(ref, valid, glue)))
     return q, t, check, base
 
-def instruct_item(rng: random.Random # the generator's random source
-                 ) -> dict:
+
+def instruct_item(
+    rng: random.Random,  # the generator's random source
+) -> dict:
     "One `instruct` item: an instruction, the reference response, its check and a fixed baseline response."
     q, t, check, base = _instruct_case(rng)
     q.add('\nResponse:')
-    return dict(query=q.text, target=t.text, query_spans=q.spans, target_spans=t.spans, check=check, baseline=' ' + base,
-                template=check['kind'])
+    return dict(
+        query=q.text,
+        target=t.text,
+        query_spans=q.spans,
+        target_spans=t.spans,
+        check=check,
+        baseline=' ' + base,
+        template=check['kind'],
+    )
+
 
 GENERATORS = {'code': code_item, 'math': math_item, 'instruct': instruct_item}
 
 # %% ../nbs/02_domains.ipynb #73344f6a
 POOL_SIZE = 1500
 
-def make_pool(domain: str, # one of DOMAINS
-              n: int = POOL_SIZE, # unique items to draw
-              seed: int = 1234, # generator seed (fixed: the pool is the domain)
-             ) -> list[dict]:
+
+def make_pool(
+    domain: str,  # one of DOMAINS
+    n: int = POOL_SIZE,  # unique items to draw
+    seed: int = 1234,  # generator seed (fixed: the pool is the domain)
+) -> list[dict]:
     "`n` unique items of `domain`, each with a stable `id`."
     check_choice(domain, DOMAINS, 'domain')
     rng, seen, items, counts = random.Random(f'{domain}-{seed}'), set(), [], {}
@@ -139,147 +204,186 @@ def make_pool(domain: str, # one of DOMAINS
     for _ in range(50 * n):
         it = GENERATORS[domain](rng)
         t = it.get('template')
-        if it['query'] in seen or (t is not None and counts.get(t, 0) >= quota): continue
-        seen.add(it['query']); counts[t] = counts.get(t, 0) + 1
+        if it['query'] in seen or (t is not None and counts.get(t, 0) >= quota):
+            continue
+        seen.add(it['query'])
+        counts[t] = counts.get(t, 0) + 1
         items.append({'id': f'{domain}-{len(items):04d}', 'domain': domain, **it})
-        if len(items) == n: break
+        if len(items) == n:
+            break
     return items
 
-def shot(item: dict # an item
-        ) -> str:
+
+def shot(
+    item: dict,  # an item
+) -> str:
     "An item as a solved example in a few-shot context."
     return item['query'] + item['target'] + '\n\n'
 
 # %% ../nbs/02_domains.ipynb #73344f03
-def with_context(item: dict, # an item (its `query` and spans)
-                 shots: list[dict], # items to draw solved examples from (never the item's own split)
-                 rng: random.Random, # draws the context's length and its examples
-                 max_chars: int = CONTEXT_CHARS, # the longest context
-                ) -> dict:
+def with_context(
+    item: dict,  # an item (its `query` and spans)
+    shots: list[dict],  # items to draw solved examples from (never the item's own split)
+    rng: random.Random,  # draws the context's length and its examples
+    max_chars: int = CONTEXT_CHARS,  # the longest context
+) -> dict:
     "The item after a few-shot context: `context`, `prompt` (= context + query) and `spans` over prompt + target."
     n, ctx = rng.randint(0, max_chars), ''
-    while len(ctx) + len(s := shot(rng.choice(shots))) <= n: ctx += s
+    while len(ctx) + len(s := shot(rng.choice(shots))) <= n:
+        ctx += s
     prompt, c = ctx + item['query'], len(ctx)
     spans = ([(0, c, 'context')] if c else []) + [(a + c, b + c, k) for a, b, k in item['query_spans']]
-    spans += [(len(prompt), len(prompt) + len(item['target']), 'answer')] + [(a + len(prompt), b + len(prompt), k) for a, b, k in item['target_spans']]
+    spans += [(len(prompt), len(prompt) + len(item['target']), 'answer')] + [
+        (a + len(prompt), b + len(prompt), k) for a, b, k in item['target_spans']
+    ]
     return {**item, 'context': ctx, 'prompt': prompt, 'spans': spans}
 
 # %% ../nbs/02_domains.ipynb #73344f02
-def load_split(domain: str, # one of DOMAINS
-               split: str, # 'train', 'calib' or 'eval'
-               seed: int = 0, # the split seed (which items calibrate and evaluate, and their contexts)
-              ) -> list[dict]:
+def load_split(
+    domain: str,  # one of DOMAINS
+    split: str,  # 'train', 'calib' or 'eval'
+    seed: int = 0,  # the split seed (which items calibrate and evaluate, and their contexts)
+) -> list[dict]:
     "The items of one split: dicts with at least `id`, `prompt`, `target` and `spans`."
     check_choice(split, SPLITS, 'split')
     pool = make_pool(domain)
-    order = list(range(len(pool))); random.Random(seed).shuffle(order)
+    order = list(range(len(pool)))
+    random.Random(seed).shuffle(order)
     nc, ne = SPLIT_SIZES['calib'], SPLIT_SIZES['eval']
-    train = [pool[i] for i in order[nc + ne:]]
-    if split == 'train': return [with_context(it, train, random.Random(0), 0) for it in train]
-    idx = order[:nc] if split == 'calib' else order[nc:nc + ne]
+    train = [pool[i] for i in order[nc + ne :]]
+    if split == 'train':
+        return [with_context(it, train, random.Random(0), 0) for it in train]
+    idx = order[:nc] if split == 'calib' else order[nc : nc + ne]
     return [with_context(pool[i], train, random.Random(f'{seed}-{pool[i]["id"]}')) for i in idx]
 
 # %% ../nbs/02_domains.ipynb #71cbdbc3
-def extract_completion(domain: str, # one of DOMAINS
-                       text: str, # a raw generation after the prompt
-                      ) -> str:
+def extract_completion(
+    domain: str,  # one of DOMAINS
+    text: str,  # a raw generation after the prompt
+) -> str:
     "The part of a raw generation that answers the prompt."
     if domain == 'code':
         lines = []
         for l in text.split('\n'):
-            if lines and l.strip() and not l.startswith((' ', '\t')): break
+            if lines and l.strip() and not l.startswith((' ', '\t')):
+                break
             lines.append(l)
         return '\n'.join(lines).rstrip() + '\n'
     if domain == 'math':
         m = re.search(r'####\s*-?\d+', text)
-        return text[:m.end()] if m else text.strip()
+        return text[: m.end()] if m else text.strip()
     return text.split('\n')[0]
 
 # %% ../nbs/02_domains.ipynb #71cbdb02
-def math_answer(text: str # a chain of thought ending in '#### N'
-               ) -> str|None:
+def math_answer(
+    text: str,  # a chain of thought ending in '#### N'
+) -> str | None:
     "The number after `####`, or None."
     m = re.search(r'####\s*(-?\d+)', text)
     return m.group(1) if m else None
 
 # %% ../nbs/02_domains.ipynb #71cbdb06
-def instruct_grade(check: dict, # an instruct item's `check`
-                   response: str, # a response (its first line)
-                  ) -> float:
+def instruct_grade(
+    check: dict,  # an instruct item's `check`
+    response: str,  # a response (its first line)
+) -> float:
     "How well `response` follows the instruction, from 0 to 1: the share of its decisions that are right (0 when it is not in the response's form)."
     valid = valid_answers(check)
     pat = r'(\d+) and (\d+), so (\d+)\.?' if check['kind'] == 'count' else r'([a-z]) and ([a-z])\.?'
     m = re.fullmatch(pat, response.strip())
-    if m is None: return 0.
+    if m is None:
+        return 0.0
     return sum(g in r for g, r in zip(m.groups(), valid)) / len(valid)
 
-def judge(item: dict, # an instruct item (its `check` and `baseline`)
-          response: str, # the model's response
-         ) -> float:
+
+def judge(
+    item: dict,  # an instruct item (its `check` and `baseline`)
+    response: str,  # the model's response
+) -> float:
     "Pairwise preference of `response` over the item's baseline: 1 win, 0.5 tie, 0 loss."
     r, b = instruct_grade(item['check'], response), instruct_grade(item['check'], item['baseline'])
     return 1.0 if r > b else 0.5 if r == b else 0.0
 
 # %% ../nbs/02_domains.ipynb #71cbdb03
-def code_program(item: dict, # a code item
-                 completion: str, # the model's raw generation after the prompt
-                ) -> str:
+def code_program(
+    item: dict,  # a code item
+    completion: str,  # the model's raw generation after the prompt
+) -> str:
     "The whole program (query, body, then the tests) that exits 0 iff the completion implements the item (for `sandbox.run_code`; the verdict itself is `check_completion`'s)."
     return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
 
-def code_problem(item: dict # a code item
-                ) -> dict:
+
+def code_problem(
+    item: dict,  # a code item
+) -> dict:
     "The item as a HumanEval-style problem for `sandbox.check_completion`: prompt, entry_point, and a check(candidate) of its tests."
     body = ''.join(f'    {line}\n' for line in item['tests'].splitlines())
-    return dict(prompt=item['query'], entry_point=item['entry_point'],
-                test=f"def check(candidate):\n    {item['entry_point']} = candidate\n{body}")
+    return dict(
+        prompt=item['query'],
+        entry_point=item['entry_point'],
+        test=f"def check(candidate):\n    {item['entry_point']} = candidate\n{body}",
+    )
 
 # %% ../nbs/02_domains.ipynb #71cbdb04
-def score_completion(domain: str, # one of DOMAINS
-                     item: dict, # an item of that domain
-                     completion: str, # the model's raw generation after the prompt
-                     timeout: float = 5.0, # code only: sandbox time limit in seconds
-                    ) -> float:
+def score_completion(
+    domain: str,  # one of DOMAINS
+    item: dict,  # an item of that domain
+    completion: str,  # the model's raw generation after the prompt
+    timeout: float = 5.0,  # code only: sandbox time limit in seconds
+) -> float:
     "1.0 correct / win, 0.5 instruct tie, 0.0 wrong."
     check_choice(domain, DOMAINS, 'domain')
     if domain == 'code':
         from darts_nb.sandbox import check_completion
-        return float(check_completion(code_problem(item), extract_completion('code', completion), timeout=timeout).passed)
-    if domain == 'math': return float(math_answer(completion) == item['answer'])
+
+        return float(
+            check_completion(code_problem(item), extract_completion('code', completion), timeout=timeout).passed
+        )
+    if domain == 'math':
+        return float(math_answer(completion) == item['answer'])
     return judge(item, extract_completion('instruct', completion))
 
 # %% ../nbs/02_domains.ipynb #3c782277
 CALIB_TEXTS = ('prompt', 'prompt+reference')
 
-def training_text(item: dict # an item
-                 ) -> str:
+
+def training_text(
+    item: dict,  # an item
+) -> str:
     "The full text of an item: prompt followed by target."
     return item['prompt'] + item['target']
 
-def calibration_text(item: dict, # an item
-                     mode: str = 'prompt', # 'prompt' (the paper's) or 'prompt+reference'
-                    ) -> str:
+
+def calibration_text(
+    item: dict,  # an item
+    mode: str = 'prompt',  # 'prompt' (the paper's) or 'prompt+reference'
+) -> str:
     "What the surgery is calibrated on."
     return item['prompt'] if check_choice(mode, CALIB_TEXTS, 'mode') == 'prompt' else training_text(item)
 
-def text_spans(item: dict, # an item with `spans`
-               text: str, # the item's prompt or full text
-              ) -> list[tuple[int, int, str]]:
+
+def text_spans(
+    item: dict,  # an item with `spans`
+    text: str,  # the item's prompt or full text
+) -> list[tuple[int, int, str]]:
     "The item's spans that lie in `text` (cut at its end)."
     return [(a, min(b, len(text)), k) for a, b, k in item['spans'] if a < len(text)]
 
 # %% ../nbs/02_domains.ipynb #3c782278
-def export_jsonl(domain: str, # one of DOMAINS
-                 split: str, # a split name
-                 path: str|Path, # output file (parents created)
-                 seed: int = 0, # split seed
-                ) -> Path:
+def export_jsonl(
+    domain: str,  # one of DOMAINS
+    split: str,  # a split name
+    path: str | Path,  # output file (parents created)
+    seed: int = 0,  # split seed
+) -> Path:
     "Write a split as JSON lines (one item per line) for lm-eval's `json` dataset builder."
     return atomic_write(path, ''.join(json.dumps(it) + '\n' for it in load_split(domain, split, seed)))
 
-def split_hash(domain: str, # one of DOMAINS
-               split: str, # a split name
-               seed: int = 0, # split seed
-              ) -> str:
+
+def split_hash(
+    domain: str,  # one of DOMAINS
+    split: str,  # a split name
+    seed: int = 0,  # split seed
+) -> str:
     "A short hash of a split's content, for cache keys."
     return stable_hash([[it['id'], it['prompt']] for it in load_split(domain, split, seed)])

@@ -24,146 +24,197 @@ __all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 't
 def tasks_dir() -> Path:
     "The directory of the task YAMLs shipped with the package."
     import darts_nb
-    return Path(darts_nb.__file__).parent/'tasks'
 
-def process_toy_results(doc: dict, # one item of a toy domain
-                        results: list, # lm-eval's generations for it
-                       ) -> dict:
+    return Path(darts_nb.__file__).parent / 'tasks'
+
+
+def process_toy_results(
+    doc: dict,  # one item of a toy domain
+    results: list,  # lm-eval's generations for it
+) -> dict:
     "lm-eval `process_results` hook of the toy tasks: the domain's checker on the first generation."
     d = doc['domain']
     return {METRICS[d]: score_completion(d, doc, results[0])}
 
 # %% ../nbs/12_evaluate.ipynb #c999a904
-def task_manager(include_defaults: bool = False, # also index lm-eval's built-in tasks (slow to scan)
-                ):
+def task_manager(
+    include_defaults: bool = False,  # also index lm-eval's built-in tasks (slow to scan)
+):
     "An lm-eval `TaskManager` that knows the package's task YAMLs."
     from lm_eval.tasks import TaskManager
+
     return TaskManager(include_path=str(tasks_dir()), include_defaults=include_defaults)
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c2
-def toy_dataset(domain: str, # one of DOMAINS (the task YAML's metadata)
-                seed: int = 0, # the split seed (`--metadata '{"seed": 1}'`)
-                split: str = 'eval', # the split
-                **_, # the rest of the YAML's metadata and dataset_kwargs
-               ):
+def toy_dataset(
+    domain: str,  # one of DOMAINS (the task YAML's metadata)
+    seed: int = 0,  # the split seed (`--metadata '{"seed": 1}'`)
+    split: str = 'eval',  # the split
+    **_,  # the rest of the YAML's metadata and dataset_kwargs
+):
     "A toy domain's split as a `datasets.DatasetDict` ({'test': ...}): what the task YAMLs load under lm-eval's own command line."
     from datasets import load_dataset
+
     return load_dataset('json', data_files={'test': str(_toy_jsonl(domain, split, seed))})
 
-def paper_dataset(domain: str, # 'code', 'math' or 'instruct' (the task YAML's metadata)
-                  seed: int = 0, # the split seed
-                  n_calib: int = 50, # calibration items held out of the scored part
-                  **_, # the rest of the YAML's metadata and dataset_kwargs
-                 ):
+
+def paper_dataset(
+    domain: str,  # 'code', 'math' or 'instruct' (the task YAML's metadata)
+    seed: int = 0,  # the split seed
+    n_calib: int = 50,  # calibration items held out of the scored part
+    **_,  # the rest of the YAML's metadata and dataset_kwargs
+):
     "A paper benchmark's evaluation part as a `datasets.DatasetDict`, for lm-eval's own command line."
     from datasets import load_dataset
+
     return load_dataset('json', data_files={'test': str(_paper_jsonl(domain, seed, n_calib))})
+
 
 def _toy_jsonl(domain: str, split: str, seed: int) -> Path:
     "A toy split exported as JSON lines under DARTS_HOME/data (what lm-eval's `json` builder reads)."
-    return export_jsonl(domain, split, darts_home()/'data'/f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
+    return export_jsonl(domain, split, darts_home() / 'data' / f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
 
-def _paper_jsonl(domain: str, seed: int, n_calib: int, paths: dict|None = None) -> Path:
+
+def _paper_jsonl(domain: str, seed: int, n_calib: int, paths: dict | None = None) -> Path:
     "A paper benchmark's evaluation part written as JSON lines under DARTS_HOME/data/paper."
     items = paper_split(domain, 'eval', seed=seed, n_calib=n_calib, paths=paths)
-    return atomic_write(darts_home()/'data'/'paper'/f'{PAPER_TASKS[domain]}_eval_seed{seed}_calib{n_calib}.jsonl',
-                        ''.join(json.dumps(it) + '\n' for it in items))
+    return atomic_write(
+        darts_home() / 'data' / 'paper' / f'{PAPER_TASKS[domain]}_eval_seed{seed}_calib{n_calib}.jsonl',
+        ''.join(json.dumps(it) + '\n' for it in items),
+    )
 
-def toy_task_config(domain: str, # one of darts_nb.domains.DOMAINS
-                    split: str = 'eval', # the split to score
-                    seed: int = 0, # the split seed
-                    max_new_tokens: int|None = None, # override the task's generation budget
-                    tm=None, # a TaskManager from `task_manager()` (built if None)
-                   ) -> dict:
+
+def toy_task_config(
+    domain: str,  # one of darts_nb.domains.DOMAINS
+    split: str = 'eval',  # the split to score
+    seed: int = 0,  # the split seed
+    max_new_tokens: int | None = None,  # override the task's generation budget
+    tm=None,  # a TaskManager from `task_manager()` (built if None)
+) -> dict:
     "The lm-eval config dict of a toy domain, its `data_files` pointing at a freshly exported JSONL."
     from lm_eval.tasks._yaml_loader import load_yaml
+
     check_choice(domain, DOMAINS, 'domain')
     tm = tm or task_manager()
     entry = tm.task_index.get(f'darts_{domain}')
-    if entry is None or not entry.yaml_path: raise FileNotFoundError(f'no task YAML darts_{domain}.yaml in {tasks_dir()}')
+    if entry is None or not entry.yaml_path:
+        raise FileNotFoundError(f'no task YAML darts_{domain}.yaml in {tasks_dir()}')
     cfg = load_yaml(entry.yaml_path, resolve_func=True)
     data = _toy_jsonl(domain, split, seed)
-    cfg.pop('custom_dataset', None)  # lm-eval's CLI builds the split with it; here the exported file, of this split and seed
+    cfg.pop(
+        'custom_dataset', None
+    )  # lm-eval's CLI builds the split with it; here the exported file, of this split and seed
     cfg['dataset_kwargs'] = {'data_files': {'test': str(data)}}
-    if max_new_tokens: cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
+    if max_new_tokens:
+        cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
     return cfg
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c5
 def _tidy(out: dict, cfgs: dict) -> 'pd.DataFrame':
     "lm-eval's results dict -> rows of domain, metric, value (%), n, stderr (%), for the tasks' own metrics."
     import pandas as pd
+
     rows = []
     for domain, cfg in cfgs.items():
         task, wanted = cfg['task'], {m['metric'] for m in cfg.get('metric_list', [])}
         res, n = out['results'][task], out.get('n-samples', {}).get(task, {}).get('effective')
         for k, v in res.items():
-            if k == 'alias' or '_stderr' in k or not isinstance(v, (int, float)): continue
+            if k == 'alias' or '_stderr' in k or not isinstance(v, (int, float)):
+                continue
             metric, _, flt = k.partition(',')
-            if metric not in wanted: continue
+            if metric not in wanted:
+                continue
             se = res.get(f'{metric}_stderr,{flt}')
-            rows.append(dict(domain=domain, metric=metric, value=100 * float(v), n=n,
-                             stderr=100 * float(se) if isinstance(se, (int, float)) else float('nan')))
+            rows.append(
+                dict(
+                    domain=domain,
+                    metric=metric,
+                    value=100 * float(v),
+                    n=n,
+                    stderr=100 * float(se) if isinstance(se, (int, float)) else float('nan'),
+                )
+            )
     return pd.DataFrame(rows, columns=['domain', 'metric', 'value', 'n', 'stderr'])
+
 
 def _item_id(sample: dict) -> str:
     "A scored item's id: the document's own (`id`, `task_id`) or its index in the task."
     doc = sample.get('doc') or {}
     return str(doc.get('id', doc.get('task_id', sample.get('doc_id'))))
 
+
 def _items(out: dict, cfgs: dict) -> 'pd.DataFrame':
     "lm-eval's logged samples -> per-item rows of domain, metric, item, value (%)."
     import pandas as pd
-    rows = [dict(domain=domain, metric=m['metric'], item=_item_id(s), value=100 * float(s[m['metric']]))
-            for domain, cfg in cfgs.items() for s in out.get('samples', {}).get(cfg['task'], [])
-            for m in cfg.get('metric_list', []) if isinstance(s.get(m['metric']), (int, float))]
+
+    rows = [
+        dict(domain=domain, metric=m['metric'], item=_item_id(s), value=100 * float(s[m['metric']]))
+        for domain, cfg in cfgs.items()
+        for s in out.get('samples', {}).get(cfg['task'], [])
+        for m in cfg.get('metric_list', [])
+        if isinstance(s.get(m['metric']), (int, float))
+    ]
     return pd.DataFrame(rows, columns=['domain', 'metric', 'item', 'value'])
 
 # %% ../nbs/12_evaluate.ipynb #8ac06755
 PAPER_TASKS = {'code': 'darts_humaneval', 'math': 'darts_gsm8k', 'instruct': 'darts_alpacaeval'}
 
-def paper_task_configs(domains=('code', 'math', 'instruct'), # the paper domains to score
-                       seed: int = 0, # the split seed
-                       max_new_tokens: int|None = None, # override every task's generation budget
-                       paths: dict|None = None, # {domain: local benchmark file}
-                       n_calib: int = 50, # calibration items held out of the scored part
-                       tm=None, # a TaskManager from `task_manager()` (built if None)
-                      ) -> dict:
+
+def paper_task_configs(
+    domains=('code', 'math', 'instruct'),  # the paper domains to score
+    seed: int = 0,  # the split seed
+    max_new_tokens: int | None = None,  # override every task's generation budget
+    paths: dict | None = None,  # {domain: local benchmark file}
+    n_calib: int = 50,  # calibration items held out of the scored part
+    tm=None,  # a TaskManager from `task_manager()` (built if None)
+) -> dict:
     "lm-eval config dicts of the paper benchmarks, each over its evaluation part written as JSONL."
     from lm_eval.tasks._yaml_loader import load_yaml
-    tm = tm or task_manager(); cfgs = {}
+
+    tm = tm or task_manager()
+    cfgs = {}
     for d in domains:
         check_choice(d, PAPER_TASKS, 'domain')
         cfg = load_yaml(tm.task_index[PAPER_TASKS[d]].yaml_path, resolve_func=True)
         path = _paper_jsonl(d, seed, n_calib, paths)
         cfg.pop('custom_dataset', None)
         cfg['dataset_kwargs'] = {'data_files': {'test': str(path)}}
-        if max_new_tokens: cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
+        if max_new_tokens:
+            cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
         cfgs[d] = cfg
     return cfgs
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c7
-def humaneval_program(doc: dict, # a HumanEval problem (prompt, test, entry_point)
-                      completion: str, # the model's completion of the prompt
-                     ) -> str:
+def humaneval_program(
+    doc: dict,  # a HumanEval problem (prompt, test, entry_point)
+    completion: str,  # the model's completion of the prompt
+) -> str:
     "HumanEval's own check as one program (prompt + completion + tests + `check(entry_point)`), as in-process harnesses run it: for `sandbox.run_code` and comparisons."
     return doc['prompt'] + completion + '\n\n' + doc['test'] + f"\n\ncheck({doc['entry_point']})\n"
+
 
 def process_humaneval_results(doc: dict, results: list) -> dict:
     "lm-eval hook: pass@1 of one greedy completion; the tests run here, the completion in the sandbox (`sandbox.check_completion`)."
     return {'pass@1': float(check_completion(doc, results[0], timeout=10.0).passed)}
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c8
-def gsm8k_number(text: str # a solution or a generation
-                ) -> str|None:
+def gsm8k_number(
+    text: str,  # a solution or a generation
+) -> str | None:
     "The answer of a GSM8K solution: the number after '####', else the last number; commas dropped."
     import re
+
     m = re.search(r'####\s*(-?[\d,]*\.?\d+)', text)
     nums = [m.group(1)] if m else re.findall(r'-?[\d,]*\.?\d+', text)
-    if not nums: return None
+    if not nums:
+        return None
     s = nums[-1].replace(',', '').rstrip('.')
-    try: f = float(s)
-    except ValueError: return None
+    try:
+        f = float(s)
+    except ValueError:
+        return None
     return str(int(f)) if f == int(f) else str(f)
+
 
 def process_gsm8k_results(doc: dict, results: list) -> dict:
     "lm-eval hook: exact match of the final number."
@@ -174,104 +225,167 @@ def process_alpacaeval_results(doc: dict, results: list) -> dict:
     "lm-eval hook for AlpacaEval: only counts generations (the score comes from a judge, if any)."
     return {'generated': 1.0}
 
-def alpaca_eval_outputs(samples: list, # lm-eval's logged samples of the AlpacaEval task
-                        generator: str, # the model's name in the outputs
-                       ) -> list[dict]:
-    "lm-eval samples -> alpaca_eval's model-output records (instruction, output, generator, dataset)."
-    return [dict(instruction=s['doc']['instruction'], output=s['filtered_resps'][0] if s.get('filtered_resps') else s['resps'][0][0],
-                 generator=generator, dataset=s['doc'].get('dataset', '')) for s in samples]
 
-def judge_alpaca_eval(outputs_path: Path, # alpaca_eval model outputs (JSON)
-                      judge: str|None, # an alpaca_eval annotators config; None: not judged
-                      reference: str|Path|None = None, # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
-                     ) -> dict|None:
+def alpaca_eval_outputs(
+    samples: list,  # lm-eval's logged samples of the AlpacaEval task
+    generator: str,  # the model's name in the outputs
+) -> list[dict]:
+    "lm-eval samples -> alpaca_eval's model-output records (instruction, output, generator, dataset)."
+    return [
+        dict(
+            instruction=s['doc']['instruction'],
+            output=s['filtered_resps'][0] if s.get('filtered_resps') else s['resps'][0][0],
+            generator=generator,
+            dataset=s['doc'].get('dataset', ''),
+        )
+        for s in samples
+    ]
+
+
+def judge_alpaca_eval(
+    outputs_path: Path,  # alpaca_eval model outputs (JSON)
+    judge: str | None,  # an alpaca_eval annotators config; None: not judged
+    reference: str | Path | None = None,  # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
+) -> dict | None:
     "Win rate and stderr (%) against the reference, judged by alpaca_eval with annotator config `judge`; None (with a warning) when it cannot be judged."
     import warnings
+
     ref, why = Path(reference) if reference else alpaca_reference_path(), None
-    if not judge: why = 'no judge configured (darts run --judge <alpaca_eval annotators config>; the judge reads OPENAI_API_KEY / OPENAI_BASE_URL)'
-    elif not ref.exists(): why = f'the reference outputs {ref} are missing (darts fetch --profile llama2-7b brings them)'
+    if not judge:
+        why = 'no judge configured (darts run --judge <alpaca_eval annotators config>; the judge reads OPENAI_API_KEY / OPENAI_BASE_URL)'
+    elif not ref.exists():
+        why = f'the reference outputs {ref} are missing (darts fetch --profile llama2-7b brings them)'
     else:
-        try: import alpaca_eval
-        except ImportError: why = "the 'alpaca-eval' package is not installed (pip install 'darts_nb[paper]')"
+        try:
+            import alpaca_eval
+        except ImportError:
+            why = "the 'alpaca-eval' package is not installed (pip install 'darts_nb[paper]')"
     if why:
         warnings.warn(f'AlpacaEval not judged: {why}; the outputs are in {outputs_path}')
         return None
-    board, _ = alpaca_eval.evaluate(model_outputs=str(outputs_path), reference_outputs=str(ref), annotators_config=judge,
-                                    is_return_instead_of_print=True, output_path=str(Path(outputs_path).parent))
+    board, _ = alpaca_eval.evaluate(
+        model_outputs=str(outputs_path),
+        reference_outputs=str(ref),
+        annotators_config=judge,
+        is_return_instead_of_print=True,
+        output_path=str(Path(outputs_path).parent),
+    )
     row = board.iloc[0]
-    return dict(value=float(row['win_rate']), stderr=float(row.get('standard_error', float('nan'))), n=int(row.get('n_total', 0)) or None)
+    return dict(
+        value=float(row['win_rate']),
+        stderr=float(row.get('standard_error', float('nan'))),
+        n=int(row.get('n_total', 0)) or None,
+    )
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2d1
 _ENV_INFO: dict = {}
 
-def _git_hash_once() -> str|None:
+
+def _git_hash_once() -> str | None:
     "lm-eval's `get_git_commit_hash` without git's 'fatal: not a git repository' on the terminal (once per process)."
     if 'git_hash' not in _ENV_INFO:
         import subprocess
-        try: out = subprocess.run(['git', 'describe', '--always'], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError): out = None
+
+        try:
+            out = subprocess.run(['git', 'describe', '--always'], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            out = None
         _ENV_INFO['git_hash'] = out.stdout.strip() if out is not None and out.returncode == 0 else None
     return _ENV_INFO['git_hash']
+
 
 def _env_info_once(storage: dict) -> None:
     "lm-eval's `add_env_info`, computed on the first call of the process and copied afterwards."
     if 'pretty_env_info' not in _ENV_INFO:
         from lm_eval.loggers.utils import add_env_info
+
         add_env_info(_ENV_INFO)
     storage.update({k: v for k, v in _ENV_INFO.items() if k != 'git_hash'})
 
 # %% ../nbs/12_evaluate.ipynb #b2c623b0
-def evaluate_model(model, # an in-memory Hugging Face causal LM
-                   tokenizer, # its tokenizer (pad token set)
-                   domains=('code', 'math', 'instruct'), # the domains to score
-                   profile: str = 'toy', # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
-                   limit: int|None = None, # score only the first `limit` items per domain (tests, quick looks)
-                   batch_size: int|str = 32, # generation batch size, or 'auto' (lm-eval finds the largest that fits the device)
-                   seed: int = 0, # split seed and sampling seed
-                   max_new_tokens: int|None = None, # override every task's generation budget
-                   log_samples: bool = False, # keep lm-eval's samples (generations) in `df.attrs['samples']`
-                   paths: dict|None = None, # paper profile: {domain: local benchmark file}
-                   judge: str|None = None, # paper profile: alpaca_eval annotator config; None skips judging
-                   out_dir: str|Path|None = None, # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
-                   generator: str = 'darts_nb', # paper profile: the model's name in the AlpacaEval outputs
-                   chat_template: bool = False, # apply the tokenizer's chat template to every prompt
-                   n_calib: int = 50, # paper profile: calibration items held out of the scored part
-                   reference: str|Path|None = None, # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
-                  ) -> 'pd.DataFrame':
+def evaluate_model(
+    model,  # an in-memory Hugging Face causal LM
+    tokenizer,  # its tokenizer (pad token set)
+    domains=('code', 'math', 'instruct'),  # the domains to score
+    profile: str = 'toy',  # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
+    limit: int | None = None,  # score only the first `limit` items per domain (tests, quick looks)
+    batch_size: int | str = 32,  # generation batch size, or 'auto' (lm-eval finds the largest that fits the device)
+    seed: int = 0,  # split seed and sampling seed
+    max_new_tokens: int | None = None,  # override every task's generation budget
+    log_samples: bool = False,  # keep lm-eval's samples (generations) in `df.attrs['samples']`
+    paths: dict | None = None,  # paper profile: {domain: local benchmark file}
+    judge: str | None = None,  # paper profile: alpaca_eval annotator config; None skips judging
+    out_dir: str | Path | None = None,  # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
+    generator: str = 'darts_nb',  # paper profile: the model's name in the AlpacaEval outputs
+    chat_template: bool = False,  # apply the tokenizer's chat template to every prompt
+    n_calib: int = 50,  # paper profile: calibration items held out of the scored part
+    reference: str | Path | None = None,  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
+) -> 'pd.DataFrame':
     "Score `model` with lm-eval: a tidy frame of domain, metric, value (%), n, stderr (%); per-item scores in `df.attrs['items']`."
     import logging
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
-    if isinstance(domains, str): domains = (domains,)
+
+    if isinstance(domains, str):
+        domains = (domains,)
     check_choice(profile, ('toy', 'paper'), 'profile')
     tm = task_manager()
-    if profile == 'toy': cfgs = {d: toy_task_config(d, seed=seed, max_new_tokens=max_new_tokens, tm=tm) for d in domains}
-    else: cfgs = paper_task_configs(domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, n_calib=n_calib, tm=tm)
+    if profile == 'toy':
+        cfgs = {d: toy_task_config(d, seed=seed, max_new_tokens=max_new_tokens, tm=tm) for d in domains}
+    else:
+        cfgs = paper_task_configs(
+            domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, n_calib=n_calib, tm=tm
+        )
     alpaca = profile == 'paper' and 'instruct' in cfgs
-    lg = logging.getLogger('lm_eval'); lvl = lg.level; lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
+    lg = logging.getLogger('lm_eval')
+    lvl = lg.level
+    lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
     import datasets.utils.logging as dlog
-    bars = dlog.is_progress_bar_enabled(); dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
+
+    bars = dlog.is_progress_bar_enabled()
+    dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
     import lm_eval.evaluator
+
     lm_eval.evaluator.add_env_info = _env_info_once
     lm_eval.evaluator.get_git_commit_hash = _git_hash_once
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-        out = simple_evaluate(model=lm, tasks=list(cfgs.values()), task_manager=tm, limit=limit,
-                              log_samples=True, random_seed=seed, numpy_random_seed=seed,
-                              torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1,  # closed-form stderr
-                              apply_chat_template=chat_template)
+        out = simple_evaluate(
+            model=lm,
+            tasks=list(cfgs.values()),
+            task_manager=tm,
+            limit=limit,
+            log_samples=True,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+            bootstrap_iters=1,  # closed-form stderr
+            apply_chat_template=chat_template,
+        )
     finally:
         lg.setLevel(lvl)
-        if bars: dlog.enable_progress_bar()
+        if bars:
+            dlog.enable_progress_bar()
     df, items = _tidy(out, cfgs), _items(out, cfgs)
     if alpaca:
         import pandas as pd
+
         recs = alpaca_eval_outputs(out['samples'][cfgs['instruct']['task']], generator)
-        path = write_json(Path(out_dir or darts_home()/'alpaca_eval')/f'{generator}_seed{seed}_outputs.json', recs)
-        res = judge_alpaca_eval(path, judge, reference)  # unjudged, the 'generated' count stays: what was generated, never a score
-        if res: df = pd.concat([df[~((df.domain == 'instruct') & (df.metric == 'generated'))],
-                                pd.DataFrame([dict(domain='instruct', metric='win_rate', **res)])], ignore_index=True)
+        path = write_json(Path(out_dir or darts_home() / 'alpaca_eval') / f'{generator}_seed{seed}_outputs.json', recs)
+        res = judge_alpaca_eval(
+            path, judge, reference
+        )  # unjudged, the 'generated' count stays: what was generated, never a score
+        if res:
+            df = pd.concat(
+                [
+                    df[~((df.domain == 'instruct') & (df.metric == 'generated'))],
+                    pd.DataFrame([dict(domain='instruct', metric='win_rate', **res)]),
+                ],
+                ignore_index=True,
+            )
         df.attrs['alpaca_eval_outputs'] = str(path)
     df.attrs['items'] = items[~((items.domain == 'instruct') & (items.metric == 'generated'))].reset_index(drop=True)
-    if log_samples: df.attrs['samples'] = out.get('samples', {})
+    if log_samples:
+        df.attrs['samples'] = out.get('samples', {})
     return df

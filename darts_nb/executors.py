@@ -6,7 +6,12 @@ Docs: https://darts-nb.github.io/darts_nb/executors.html.md"""
 
 # %% ../nbs/15b_executors.ipynb #2b5e0003
 from __future__ import annotations
-import ipaddress, json, os, sys, time, traceback
+import ipaddress
+import json
+import os
+import sys
+import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from tqdm.auto import tqdm
@@ -20,189 +25,288 @@ __all__ = ['EXECUTORS', 'LOCAL_RAY_ENV', 'FORWARDED_ENV', 'Job', 'JobError', 'Jo
 # %% ../nbs/15b_executors.ipynb #2b5e0006
 EXECUTORS = ('local', 'ray')
 
+
 @dataclass(frozen=True)
 class Job:
     "One piece of work: `fn(run, *args)`, a module-level function (so that it pickles by reference) returning what to record."
+
     fn: object  # the job function
     args: tuple  # its arguments after the run
     label: str  # what it is, e.g. 'arm ta-0.5/code/position-ewl1-...': progress, failures
 
+
 @dataclass
 class JobError:
     "A job that failed: its label, the error, the traceback text, and the exception itself when it was raised in this process."
+
     label: str
     error: str
     trace: str = ''
-    exc: BaseException|None = None
+    exc: BaseException | None = None
 
-    def as_json(self) -> dict: return dict(error=self.error, traceback=self.trace[-4000:], time=time.strftime('%Y-%m-%d %H:%M:%S'))
+    def as_json(self) -> dict:
+        return dict(error=self.error, traceback=self.trace[-4000:], time=time.strftime('%Y-%m-%d %H:%M:%S'))
+
 
 class JobsFailed(RuntimeError):
     "Jobs that failed after their retries (the others were recorded)."
-    def __init__(self, failed: dict): # label -> JobError
+
+    def __init__(self, failed: dict):  # label -> JobError
         self.failed = failed
         super().__init__(f"{len(failed)} job(s) failed: " + '; '.join(f'{l}: {e.error}' for l, e in failed.items()))
 
-def job_error(job: Job, # the job that raised
-              e: BaseException, # what it raised
-             ) -> JobError:
+
+def job_error(
+    job: Job,  # the job that raised
+    e: BaseException,  # what it raised
+) -> JobError:
     "The record of a failed job."
     return JobError(job.label, f'{type(e).__name__}: {e}', ''.join(traceback.format_exception(e)), e)
 
+
 _RUNS = {}  # in a worker process: the run of the last spec, so that its jobs reuse its loaded models
 
-def run_job(make, # rebuilds the run from its spec (a classmethod such as `Run.from_spec`)
-            spec: dict, # the run as plain data
-            fn, # the job function
-            args: tuple, # its arguments after the run
-           ):
+
+def run_job(
+    make,  # rebuilds the run from its spec (a classmethod such as `Run.from_spec`)
+    spec: dict,  # the run as plain data
+    fn,  # the job function
+    args: tuple,  # its arguments after the run
+):
     "A job in a worker process (local pool or Ray task): rebuild the run once per process, then call `fn(run, *args)`."
     key = json.dumps(spec, sort_keys=True, default=str)
-    if key not in _RUNS: _RUNS.clear(); _RUNS[key] = make(spec)
+    if key not in _RUNS:
+        _RUNS.clear()
+        _RUNS[key] = make(spec)
     return fn(_RUNS[key], *args)
 
 # %% ../nbs/15b_executors.ipynb #2b5e0008
 def _worker_init():
     import torch
+
     torch.set_num_threads(1)
-    if not sys.stderr.isatty(): sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
+    if not sys.stderr.isatty():
+        sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
+
 
 class LocalExecutor:
     "Jobs in this process (`workers=1`) or in `workers` spawned processes of this machine; the first failure stops the stage."
+
     name = 'local'
-    def __init__(self, workers: int = 1): self.workers, self._pool = workers, None
+
+    def __init__(self, workers: int = 1):
+        self.workers, self._pool = workers, None
 
     def results(self, run, jobs: list[Job]):
         "Yield (index, result or JobError) as jobs finish."
         if self.workers == 1 or len(jobs) == 1:
             for i, j in enumerate(jobs):
-                try: yield i, j.fn(run, *j.args)
-                except Exception as e: yield i, job_error(j, e)
+                try:
+                    yield i, j.fn(run, *j.args)
+                except Exception as e:
+                    yield i, job_error(j, e)
             return
-        import concurrent.futures as cf, multiprocessing as mp
-        if self._pool is None: self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context('spawn'), initializer=_worker_init)
-        futs = {self._pool.submit(run_job, type(run).from_spec, run.spec(), j.fn, j.args): i for i, j in enumerate(jobs)}
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context('spawn'), initializer=_worker_init
+            )
+        futs = {
+            self._pool.submit(run_job, type(run).from_spec, run.spec(), j.fn, j.args): i for i, j in enumerate(jobs)
+        }
         for f in cf.as_completed(futs):
-            try: yield futs[f], f.result()
-            except Exception as e: yield futs[f], job_error(jobs[futs[f]], e)
+            try:
+                yield futs[f], f.result()
+            except Exception as e:
+                yield futs[f], job_error(jobs[futs[f]], e)
 
     def close(self):
-        if self._pool is not None: self._pool.shutdown(cancel_futures=True); self._pool = None
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
 # %% ../nbs/15b_executors.ipynb #2b5e000a
-def note_failures(path: str|Path, # the failures file (label -> error)
-                  jobs: list[Job], # the jobs of the stage
-                  failed: dict, # label -> JobError of those that failed
-                 ) -> dict:
+def note_failures(
+    path: str | Path,  # the failures file (label -> error)
+    jobs: list[Job],  # the jobs of the stage
+    failed: dict,  # label -> JobError of those that failed
+) -> dict:
     "Record this stage's failures in `path` and clear its jobs that succeeded; returns the file's content."
     path = Path(path)
-    try: known = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError): known = {}  # only a record: a damaged one is rewritten
-    if not isinstance(known, dict): known = {}
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        known = {}  # only a record: a damaged one is rewritten
+    if not isinstance(known, dict):
+        known = {}
     done = {j.label for j in jobs} - set(failed)
     known = {l: v for l, v in known.items() if l not in done} | {l: e.as_json() for l, e in failed.items()}
-    if known or path.exists(): write_json(path, known)
+    if known or path.exists():
+        write_json(path, known)
     return known
 
-def execute(executor, # a LocalExecutor or RayExecutor
-            run, # the run (its `spec()` and `from_spec` rebuild it in workers)
-            jobs: list[Job], # the stage's jobs
-            desc: str, # the progress bar's label
-            on_result=None, # called with each result as it arrives, in the driver
-            failures: str|Path|None = None, # where failed jobs are recorded (None: nowhere)
-           ) -> list:
+
+def execute(
+    executor,  # a LocalExecutor or RayExecutor
+    run,  # the run (its `spec()` and `from_spec` rebuild it in workers)
+    jobs: list[Job],  # the stage's jobs
+    desc: str,  # the progress bar's label
+    on_result=None,  # called with each result as it arrives, in the driver
+    failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
+) -> list:
     "Run the jobs; returns their results in order. Failures are recorded, then raised (the job's own exception locally, else JobsFailed)."
     results, failed = [None] * len(jobs), {}
-    if not jobs: return results
+    if not jobs:
+        return results
     bar = tqdm(total=len(jobs), desc=desc)
     try:
         for i, res in executor.results(run, jobs):
             if isinstance(res, JobError):
                 failed[res.label] = res
-                if executor.name == 'local': break
+                if executor.name == 'local':
+                    break
             else:
                 results[i] = res
-                if on_result is not None: on_result(res)
+                if on_result is not None:
+                    on_result(res)
             bar.update()
-    finally: bar.close()
-    if failures is not None: note_failures(failures, jobs, failed)
-    if failed and executor.name == 'local': raise next(iter(failed.values())).exc
-    if failed: raise JobsFailed(failed)
+    finally:
+        bar.close()
+    if failures is not None:
+        note_failures(failures, jobs, failed)
+    if failed and executor.name == 'local':
+        raise next(iter(failed.values())).exc
+    if failed:
+        raise JobsFailed(failed)
     return results
 
 # %% ../nbs/15b_executors.ipynb #2b5e000e
 LOCAL_RAY_ENV = {'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER': '0', 'RAY_USAGE_STATS_ENABLED': '0'}
-FORWARDED_ENV = ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE', 'HF_HOME', 'HF_MODULES_CACHE', 'TOKENIZERS_PARALLELISM', 'TRANSFORMERS_NO_ADVISORY_WARNINGS',
-                 'DARTS_ALLOW_UNSAFE_CODE', 'DARTS_SANDBOX_SKIP', 'DARTS_LEASE_TTL')  # what workers of a cluster inherit from the driver (no secrets)
+FORWARDED_ENV = (
+    'HF_HUB_OFFLINE',
+    'HF_DATASETS_OFFLINE',
+    'HF_HOME',
+    'HF_MODULES_CACHE',
+    'TOKENIZERS_PARALLELISM',
+    'TRANSFORMERS_NO_ADVISORY_WARNINGS',
+    'DARTS_ALLOW_UNSAFE_CODE',
+    'DARTS_SANDBOX_SKIP',
+    'DARTS_LEASE_TTL',
+)  # what workers of a cluster inherit from the driver (no secrets)
+
 
 def _import_ray():
-    try: import ray
-    except ImportError: raise ImportError("executor='ray' needs Ray: pip install 'darts_nb[ray]'") from None
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("executor='ray' needs Ray: pip install 'darts_nb[ray]'") from None
     return ray
 
-def start_local_ray(num_cpus: int|None = None, # CPUs Ray may use (None: all of this machine's)
-                    num_gpus: int|None = None, # GPUs (None: those Ray finds)
-                   ):
+
+def start_local_ray(
+    num_cpus: int | None = None,  # CPUs Ray may use (None: all of this machine's)
+    num_gpus: int | None = None,  # GPUs (None: those Ray finds)
+):
     "Start a Ray instance on this machine that listens and connects on 127.0.0.1 only; returns `ray.init`'s context."
     os.environ.update(LOCAL_RAY_ENV)  # read by Ray's processes, which inherit this environment
     ray = _import_ray()
     from ray._private import ray_constants
-    ray_constants.ENABLE_RAY_CLUSTER = False  # the driver read the variable when it imported ray, maybe before this call
+
+    ray_constants.ENABLE_RAY_CLUSTER = (
+        False  # the driver read the variable when it imported ray, maybe before this call
+    )
     for attempt in range(3):  # Ray gives its raylet 30 s to register: on a loaded small machine, try again
-        try: return ray.init(num_cpus=num_cpus, num_gpus=num_gpus, _node_ip_address='127.0.0.1', include_dashboard=False,
-                             log_to_driver=False, configure_logging=False)
+        try:
+            return ray.init(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                _node_ip_address='127.0.0.1',
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         except Exception as e:
             ray.shutdown()
-            if 'timed out during startup' not in str(e) or attempt == 2: raise
+            if 'timed out during startup' not in str(e) or attempt == 2:
+                raise
+
 
 def _is_loopback(ip: str) -> bool:
     a = ipaddress.ip_address(ip.split('%')[0])
     return (getattr(a, 'ipv4_mapped', None) or a).is_loopback  # ::ffff:127.0.0.1 too
 
-def non_loopback_sockets(pids: list[int]|None = None, # processes to inspect (None: this one and all its descendants)
-                        ) -> list[dict]:
+
+def non_loopback_sockets(
+    pids: list[int] | None = None,  # processes to inspect (None: this one and all its descendants)
+) -> list[dict]:
     "Every TCP/UDP socket of those processes that listens on or talks to an address other than loopback."
     import psutil
+
     me = psutil.Process()
     procs = [psutil.Process(p) for p in pids] if pids is not None else [me, *me.children(recursive=True)]
     bad = []
     for p in procs:
-        try: conns, name = p.net_connections(kind='inet'), p.name()
-        except psutil.Error: continue  # exited meanwhile
+        try:
+            conns, name = p.net_connections(kind='inet'), p.name()
+        except psutil.Error:
+            continue  # exited meanwhile
         for c in conns:
             ends = [a for a in (c.laddr, c.raddr) if a]
             if not all(_is_loopback(a.ip) for a in ends):
-                bad.append(dict(pid=p.pid, name=name, local=f'{c.laddr.ip}:{c.laddr.port}', remote=f'{c.raddr.ip}:{c.raddr.port}' if c.raddr else '', status=c.status))
+                bad.append(
+                    dict(
+                        pid=p.pid,
+                        name=name,
+                        local=f'{c.laddr.ip}:{c.laddr.port}',
+                        remote=f'{c.raddr.ip}:{c.raddr.port}' if c.raddr else '',
+                        status=c.status,
+                    )
+                )
     return bad
 
 # %% ../nbs/15b_executors.ipynb #2b5e0010
 class RayExecutor:
     "Jobs as Ray tasks: retried when a worker dies, failures recorded while the others go on."
+
     name = 'ray'
-    def __init__(self,
-                 address: str|None = None, # None: a local loopback instance; 'auto' or 'HOST:PORT': an existing cluster
-                 num_cpus: int|None = None, # local instance: CPUs (None: all)
-                 max_retries: int = 3, # re-runs of a job whose worker died
-                 shared_dir: str|Path|None = None, # workers' DARTS_HOME on a cluster (None: the driver's)
-                ):
-        self.address, self.num_cpus, self.max_retries, self.shared_dir, self._owned = address, num_cpus, max_retries, shared_dir, False
+
+    def __init__(
+        self,
+        address: str | None = None,  # None: a local loopback instance; 'auto' or 'HOST:PORT': an existing cluster
+        num_cpus: int | None = None,  # local instance: CPUs (None: all)
+        max_retries: int = 3,  # re-runs of a job whose worker died
+        shared_dir: str | Path | None = None,  # workers' DARTS_HOME on a cluster (None: the driver's)
+    ):
+        self.address, self.num_cpus, self.max_retries, self.shared_dir, self._owned = (
+            address,
+            num_cpus,
+            max_retries,
+            shared_dir,
+            False,
+        )
 
     def start(self):
         "Connect to (or start) Ray, once."
         ray = _import_ray()
-        if ray.is_initialized(): return ray
+        if ray.is_initialized():
+            return ray
         if self.address is None:
-            start_local_ray(self.num_cpus); self._owned = True
+            start_local_ray(self.num_cpus)
+            self._owned = True
         else:
             env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-            if self.shared_dir is not None: env['DARTS_HOME'] = str(Path(self.shared_dir).absolute())
+            if self.shared_dir is not None:
+                env['DARTS_HOME'] = str(Path(self.shared_dir).absolute())
             ray.init(address=self.address, runtime_env={'env_vars': env}, log_to_driver=False, configure_logging=False)
         return ray
 
     def gpus_per_job(self, run) -> int:
         "1 when the run's models are on a GPU (its device says cuda, or says nothing and the cluster has GPUs), else 0."
         dev = str(getattr(run, 'device', None) or '')
-        if dev: return int(dev.startswith('cuda'))
+        if dev:
+            return int(dev.startswith('cuda'))
         return int(self.start().cluster_resources().get('GPU', 0) >= 1)
 
     def results(self, run, jobs: list[Job]):
@@ -211,37 +315,60 @@ class RayExecutor:
         gpus = self.gpus_per_job(run)
         spec = {**run.spec(), 'device': 'cuda' if gpus else 'cpu'}  # Ray shows a task its own GPU as cuda:0
         task = ray.remote(run_job)
-        refs = {task.options(num_cpus=1, num_gpus=gpus, max_retries=self.max_retries, name=j.label[:100])
-                    .remote(type(run).from_spec, spec, j.fn, j.args): i for i, j in enumerate(jobs)}
+        refs = {
+            task.options(num_cpus=1, num_gpus=gpus, max_retries=self.max_retries, name=j.label[:100]).remote(
+                type(run).from_spec, spec, j.fn, j.args
+            ): i
+            for i, j in enumerate(jobs)
+        }
         try:
             while refs:
                 (ref,), _ = ray.wait(list(refs), num_returns=1)
                 i = refs.pop(ref)
-                try: yield i, ray.get(ref)
-                except ray.exceptions.RayTaskError as e: yield i, JobError(jobs[i].label, f'{type(e.cause).__name__}: {e.cause}', str(e))
+                try:
+                    yield i, ray.get(ref)
+                except ray.exceptions.RayTaskError as e:
+                    yield i, JobError(jobs[i].label, f'{type(e.cause).__name__}: {e.cause}', str(e))
                 except ray.exceptions.RayError as e:
-                    yield i, JobError(jobs[i].label, f'{type(e).__name__} after {self.max_retries} retries: {str(e)[:500]}', str(e))
+                    yield (
+                        i,
+                        JobError(
+                            jobs[i].label,
+                            f'{type(e).__name__} after {self.max_retries} retries: {str(e)[:500]}',
+                            str(e),
+                        ),
+                    )
         finally:
-            for ref in refs: ray.cancel(ref, force=True)
+            for ref in refs:
+                ray.cancel(ref, force=True)
 
     def close(self):
         "Stop the Ray instance this executor started (a joined cluster keeps running)."
         if self._owned:
             import ray
-            ray.shutdown(); self._owned = False
 
-def make_executor(executor: str = 'local', # 'local' or 'ray'
-                  workers: int = 1, # local: processes computing jobs at once
-                  address: str|None = None, # ray: None (a local instance), 'auto' or 'HOST:PORT'
-                  shared_dir: str|Path|None = None, # ray: the workers' DARTS_HOME on a cluster
-                 ):
+            ray.shutdown()
+            self._owned = False
+
+
+def make_executor(
+    executor: str = 'local',  # 'local' or 'ray'
+    workers: int = 1,  # local: processes computing jobs at once
+    address: str | None = None,  # ray: None (a local instance), 'auto' or 'HOST:PORT'
+    shared_dir: str | Path | None = None,  # ray: the workers' DARTS_HOME on a cluster
+):
     "The executor of a run, by name."
     check_choice(executor, EXECUTORS, 'executor')
     if executor == 'local':
-        if address is not None: raise ValueError(f"address={address!r}: only the 'ray' executor connects to a cluster")
+        if address is not None:
+            raise ValueError(f"address={address!r}: only the 'ray' executor connects to a cluster")
         return LocalExecutor(workers)
     if address is not None and address != 'auto' and (':' not in address or not address.rsplit(':', 1)[1].isdigit()):
-        raise ValueError(f"address={address!r}: expected 'auto' or HOST:PORT (the head's GCS address, e.g. 10.0.0.5:6379)")
+        raise ValueError(
+            f"address={address!r}: expected 'auto' or HOST:PORT (the head's GCS address, e.g. 10.0.0.5:6379)"
+        )
     import importlib.util
-    if importlib.util.find_spec('ray') is None: raise ImportError("executor='ray' needs Ray: pip install 'darts_nb[ray]'")
+
+    if importlib.util.find_spec('ray') is None:
+        raise ImportError("executor='ray' needs Ray: pip install 'darts_nb[ray]'")
     return RayExecutor(address, num_cpus=workers if workers > 1 else None, shared_dir=shared_dir)

@@ -6,7 +6,9 @@ Docs: https://darts-nb.github.io/darts_nb/experiments.html.md"""
 
 # %% ../nbs/21_experiments.ipynb #5f5b8315
 from __future__ import annotations
-import json, sys, time
+import json
+import sys
+import time
 from .core import write_json
 from .runs import Run, make_run
 from .report import Experiment, Section, write_report
@@ -16,68 +18,127 @@ from . import paper, ablations, premises
 __all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
 
 # %% ../nbs/21_experiments.ipynb #e0b1c2d3
-EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    paper.EXPERTS, paper.SWEEP, paper.MAIN, paper.BIAS_VS_SCORE, paper.BIAS, premises.PLACEMENT, premises.ENTROPY, paper.SEEDS,
-    ablations.LOSS, ablations.MODULE, ablations.VARIANTS, premises.CONTROLS, premises.CALIB_TEXT, ablations.STEPS, ablations.RANK,
-    ablations.CALIB, ablations.LR, paper.COST, premises.SUMMARY)}  # the report's order, a valid order to run them in
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e
+    for e in (
+        paper.EXPERTS,
+        paper.SWEEP,
+        paper.MAIN,
+        paper.BIAS_VS_SCORE,
+        paper.BIAS,
+        premises.PLACEMENT,
+        premises.ENTROPY,
+        paper.SEEDS,
+        ablations.LOSS,
+        ablations.MODULE,
+        ablations.VARIANTS,
+        premises.CONTROLS,
+        premises.CALIB_TEXT,
+        ablations.STEPS,
+        ablations.RANK,
+        ablations.CALIB,
+        ablations.LR,
+        paper.COST,
+        premises.SUMMARY,
+    )
+}  # the report's order, a valid order to run them in
 
 # %% ../nbs/21_experiments.ipynb #e0b1c2d6
-QUICK_EXPERIMENTS = ('experts', 'sweep', 'main', 'bias', 'placement', 'entropy', 'loss', 'controls', 'calib_text', 'cost', 'summary')
+QUICK_EXPERIMENTS = (
+    'experts',
+    'sweep',
+    'main',
+    'bias',
+    'placement',
+    'entropy',
+    'loss',
+    'controls',
+    'calib_text',
+    'cost',
+    'summary',
+)
 
 # %% ../nbs/21_experiments.ipynb #7726e495
-def run_all(profile: str|dict = 'toy', # profile name, dict or YAML path
-            name: str = 'default', # run name
-            quick: bool = False, # the demo: QUICK_EXPERIMENTS, the quick sweep and grids, 60 eval items per domain
-            only: list[str]|None = None, # a subset of EXPERIMENTS (run in registry order); default: all, or QUICK_EXPERIMENTS with quick
-            report: bool = True, # write runs/<name>/report.md at the end
-            eval_limit: int|None = None, # eval items per domain (default: 60 with quick, all otherwise)
-            device: str|None = None, # default: CUDA if available
-            workers: int = 1, # processes computing jobs at once (CPU: up to the number of cores)
-            judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
-            batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
-            keep_merges: bool = True, # False: delete each sweep merge once scored
-            executor: str = 'local', # where jobs run: 'local' or 'ray' (darts_nb.executors)
-            address: str|None = None, # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster
-            shared_dir: str|None = None, # where workers write merges, caches and modules; every node sees it (None: DARTS_HOME)
-           ) -> Run:
+def run_all(
+    profile: str | dict = 'toy',  # profile name, dict or YAML path
+    name: str = 'default',  # run name
+    quick: bool = False,  # the demo: QUICK_EXPERIMENTS, the quick sweep and grids, 60 eval items per domain
+    only: list[str]
+    | None = None,  # a subset of EXPERIMENTS (run in registry order); default: all, or QUICK_EXPERIMENTS with quick
+    report: bool = True,  # write runs/<name>/report.md at the end
+    eval_limit: int | None = None,  # eval items per domain (default: 60 with quick, all otherwise)
+    device: str | None = None,  # default: CUDA if available
+    workers: int = 1,  # processes computing jobs at once (CPU: up to the number of cores)
+    judge: str | None = None,  # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
+    batch_size: int | str | None = None,  # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
+    keep_merges: bool = True,  # False: delete each sweep merge once scored
+    executor: str = 'local',  # where jobs run: 'local' or 'ray' (darts_nb.executors)
+    address: str | None = None,  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster
+    shared_dir: str
+    | None = None,  # where workers write merges, caches and modules; every node sees it (None: DARTS_HOME)
+) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     if only is not None:
-        if not only: raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
+        if not only:
+            raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
         bad = [n for n in only if n not in EXPERIMENTS]
-        if bad: raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
-    run = make_run(profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges, executor, address, shared_dir)
-    if only is not None: _check_applies(run, only)
-    if only is None and quick: only = list(QUICK_EXPERIMENTS)
-    try: _run_records(run, only)
+        if bad:
+            raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
+    run = make_run(
+        profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges, executor, address, shared_dir
+    )
+    if only is not None:
+        _check_applies(run, only)
+    if only is None and quick:
+        only = list(QUICK_EXPERIMENTS)
+    try:
+        _run_records(run, only)
     except Exception:
-        if report: _report_anyway(run)  # what the run has, then the error: the exit status says it failed
+        if report:
+            _report_anyway(run)  # what the run has, then the error: the exit status says it failed
         raise
-    finally: run.close()
-    if report: print(f'report: {write_report(run, EXPERIMENTS)}')
+    finally:
+        run.close()
+    if report:
+        print(f'report: {write_report(run, EXPERIMENTS)}')
     return run
+
 
 def _check_applies(run: Run, only: list[str]) -> None:
     "Refuse experiments asked for by name that do not apply to the run's tasks (they would be skipped, and the run look successful)."
     bad = [n for n in only if run.eval_profile not in EXPERIMENTS[n].profiles]
-    if bad: raise ValueError(f"only={bad}: {'it applies' if len(bad) == 1 else 'they apply'} to {', '.join(EXPERIMENTS[bad[0]].profiles)} tasks, "
-                             f"not to the {run.eval_profile!r} tasks of profile {run.profile.name!r}; leave {'it' if len(bad) == 1 else 'them'} out")
+    if bad:
+        raise ValueError(
+            f"only={bad}: {'it applies' if len(bad) == 1 else 'they apply'} to {', '.join(EXPERIMENTS[bad[0]].profiles)} tasks, "
+            f"not to the {run.eval_profile!r} tasks of profile {run.profile.name!r}; leave {'it' if len(bad) == 1 else 'them'} out"
+        )
+
 
 def _report_anyway(run: Run) -> None:
     "Write the report of what a failed run has (a second error while writing it is printed, and the first one raised)."
-    try: print(f'report of what the run has: {write_report(run, EXPERIMENTS)}')
-    except Exception as e: print(f'report not written: {type(e).__name__}: {e}', file=sys.stderr)
+    try:
+        print(f'report of what the run has: {write_report(run, EXPERIMENTS)}')
+    except Exception as e:
+        print(f'report not written: {type(e).__name__}: {e}', file=sys.stderr)
 
-def _run_records(run: Run, only: list[str]|None) -> None:
+
+def _run_records(run: Run, only: list[str] | None) -> None:
     "Run the records (all, or `only`) in registry order, timing each and printing its tables and claims."
-    tpath, figs = run.dir/'timings.json', run.dir/'figures'
+    tpath, figs = run.dir / 'timings.json', run.dir / 'figures'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     for n, exp in EXPERIMENTS.items():
-        if only is not None and n not in only: continue
+        if only is not None and n not in only:
+            continue
         if run.eval_profile not in exp.profiles:
-            print(f'[{n}] skipped: it applies to {", ".join(exp.profiles)} tasks, not {run.eval_profile}'); continue
-        t0 = time.time(); exp.run(run)
-        timings[n] = round(time.time() - t0, 1); write_json(tpath, timings)
+            print(f'[{n}] skipped: it applies to {", ".join(exp.profiles)} tasks, not {run.eval_profile}')
+            continue
+        t0 = time.time()
+        exp.run(run)
+        timings[n] = round(time.time() - t0, 1)
+        write_json(tpath, timings)
         print(f'[{n}] done in {timings[n]:.0f} s')
         sec = exp.section(run, figs) or Section()
-        for t in sec.tables: print(f'\n{exp.heading} {t.title}\n{t.shown().round(1).to_string()}\n')
-        for c in sec.core + sec.claims: print(c)
+        for t in sec.tables:
+            print(f'\n{exp.heading} {t.title}\n{t.shown().round(1).to_string()}\n')
+        for c in sec.core + sec.claims:
+            print(c)

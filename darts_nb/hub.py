@@ -6,7 +6,12 @@ Docs: https://darts-nb.github.io/darts_nb/hub.html.md"""
 
 # %% ../nbs/02a_hub.ipynb #a7b10c03
 from __future__ import annotations
-import errno, fnmatch, json, os, re, urllib.request
+import errno
+import fnmatch
+import json
+import os
+import re
+import urllib.request
 from pathlib import Path
 from .core import darts_home, atomic_write
 
@@ -27,213 +32,324 @@ PAPER_DATASETS = {  # domain -> (dataset repo, the file of the test items); Huma
     'math': ('openai/gsm8k', 'main/test-00000-of-00001.parquet'),
     'instruct': ('tatsu-lab/alpaca_eval', 'alpaca_eval.json'),
 }
-ALPACA_REFERENCE = ('gpt-3.5-turbo-0613',  # the paper's AlpacaEval reference: GPT-3.5-Turbo's outputs, from alpaca_eval's results
-                    'https://raw.githubusercontent.com/tatsu-lab/alpaca_eval/main/results/gpt-3.5-turbo-0613/model_outputs.json')
+ALPACA_REFERENCE = (
+    'gpt-3.5-turbo-0613',  # the paper's AlpacaEval reference: GPT-3.5-Turbo's outputs, from alpaca_eval's results
+    'https://raw.githubusercontent.com/tatsu-lab/alpaca_eval/main/results/gpt-3.5-turbo-0613/model_outputs.json',
+)
 MODEL_FILES = ('*.json', 'tokenizer.model', '*.jinja', '*.tiktoken')  # besides the weights
 
 # %% ../nbs/02a_hub.ipynb #a7b10c08
-def is_hub_id(ref: str|Path # a local path or a hub id
-             ) -> bool:
+def is_hub_id(
+    ref: str | Path,  # a local path or a hub id
+) -> bool:
     "True for `owner/name` that is not an existing local path."
     s = str(ref)
-    if s.startswith(('/', '.', '~')) or Path(s).expanduser().exists(): return False
+    if s.startswith(('/', '.', '~')) or Path(s).expanduser().exists():
+        return False
     return re.fullmatch(r'[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*', s) is not None
+
 
 def hub_cache() -> Path:
     "The local hub cache: `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub` (read at each call)."
-    if os.environ.get('HF_HUB_CACHE'): return Path(os.environ['HF_HUB_CACHE']).expanduser()
-    return Path(os.environ.get('HF_HOME', '~/.cache/huggingface')).expanduser()/'hub'
+    if os.environ.get('HF_HUB_CACHE'):
+        return Path(os.environ['HF_HUB_CACHE']).expanduser()
+    return Path(os.environ.get('HF_HOME', '~/.cache/huggingface')).expanduser() / 'hub'
 
 # %% ../nbs/02a_hub.ipynb #c0a1f002
 class CorruptFile(ValueError):
     "A file that exists but cannot be read as what it should be (truncated, garbled); the message names the file and what is wrong."
 
-CHECKPOINT_JSON = ('config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json',
-                   'special_tokens_map.json', 'added_tokens.json', 'model.safetensors.index.json')
 
-def read_json(path: str|Path # a JSON file
-             ):
+CHECKPOINT_JSON = (
+    'config.json',
+    'generation_config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'special_tokens_map.json',
+    'added_tokens.json',
+    'model.safetensors.index.json',
+)
+
+
+def read_json(
+    path: str | Path,  # a JSON file
+):
     "The parsed content of a JSON file; `CorruptFile` naming the file when it is not UTF-8 JSON."
     p = Path(path)
-    try: return json.loads(p.read_bytes().decode('utf-8'))
+    try:
+        return json.loads(p.read_bytes().decode('utf-8'))
     except UnicodeDecodeError as e:
-        raise CorruptFile(f"{p} is not UTF-8 text (bad byte at offset {e.start}): expected JSON; the file is damaged, replace it") from None
+        raise CorruptFile(
+            f"{p} is not UTF-8 text (bad byte at offset {e.start}): expected JSON; the file is damaged, replace it"
+        ) from None
     except json.JSONDecodeError as e:
-        raise CorruptFile(f"{p} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the file is truncated or damaged, replace it") from None
+        raise CorruptFile(
+            f"{p} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the file is truncated or damaged, replace it"
+        ) from None
+
 
 def _header_entries(p: Path, header) -> dict:
     "Tensor name -> (dtype, shape, data_offsets) entries of a parsed safetensors header, checked for form."
-    if not isinstance(header, dict): raise CorruptFile(f"{p} has a safetensors header that is not a JSON object: the file is damaged")
+    if not isinstance(header, dict):
+        raise CorruptFile(f"{p} has a safetensors header that is not a JSON object: the file is damaged")
     out = {k: v for k, v in header.items() if k != '__metadata__'}
     for k, v in out.items():
-        ok = isinstance(v, dict) and isinstance(v.get('shape'), list) and isinstance(v.get('data_offsets'), list) and len(v['data_offsets']) == 2
+        ok = (
+            isinstance(v, dict)
+            and isinstance(v.get('shape'), list)
+            and isinstance(v.get('data_offsets'), list)
+            and len(v['data_offsets']) == 2
+        )
         if not ok or not all(isinstance(x, int) and x >= 0 for x in v['shape'] + v['data_offsets']):
-            raise CorruptFile(f"{p}: the safetensors header entry of tensor {k!r} is malformed ({v!r}): the file is damaged")
+            raise CorruptFile(
+                f"{p}: the safetensors header entry of tensor {k!r} is malformed ({v!r}): the file is damaged"
+            )
     return out
 
-def check_safetensors(path: str|Path # a .safetensors file
-                     ) -> dict:
+
+def check_safetensors(
+    path: str | Path,  # a .safetensors file
+) -> dict:
     "Tensor name -> header entry (dtype, shape, data_offsets) of a safetensors file whose data is exactly as long as its header says; else `CorruptFile`."
-    p = Path(path); size = p.stat().st_size
+    p = Path(path)
+    size = p.stat().st_size
     with open(p, 'rb') as f:
         head = f.read(8)
-        if len(head) < 8: raise CorruptFile(f"{p} is truncated: {size} bytes, fewer than the 8 that hold a safetensors header's length")
+        if len(head) < 8:
+            raise CorruptFile(
+                f"{p} is truncated: {size} bytes, fewer than the 8 that hold a safetensors header's length"
+            )
         n = int.from_bytes(head, 'little')
-        if n > size - 8: raise CorruptFile(f"{p} is truncated or not a safetensors file: its header length says {n} bytes, the file has {size - 8} after it")
+        if n > size - 8:
+            raise CorruptFile(
+                f"{p} is truncated or not a safetensors file: its header length says {n} bytes, the file has {size - 8} after it"
+            )
         raw = f.read(n)
-    try: entries = _header_entries(p, json.loads(raw.decode('utf-8')))
-    except (UnicodeDecodeError, json.JSONDecodeError): raise CorruptFile(f"{p} has an unreadable safetensors header (not UTF-8 JSON): the file is damaged") from None
+    try:
+        entries = _header_entries(p, json.loads(raw.decode('utf-8')))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CorruptFile(f"{p} has an unreadable safetensors header (not UTF-8 JSON): the file is damaged") from None
     need, have = max((v['data_offsets'][1] for v in entries.values()), default=0), size - 8 - n
-    if have != need: raise CorruptFile(f"{p} is {'truncated' if have < need else 'damaged'}: its header describes {need} bytes of tensor data, the file holds {have}")
+    if have != need:
+        raise CorruptFile(
+            f"{p} is {'truncated' if have < need else 'damaged'}: its header describes {need} bytes of tensor data, the file holds {have}"
+        )
     return entries
+
 
 def _weight_map(index: Path) -> dict:
     "Tensor name -> shard file of a sharded checkpoint's index (`CorruptFile` naming the index when it has none)."
     m = read_json(index)
-    if not isinstance(m, dict) or not isinstance(m.get('weight_map'), dict): raise CorruptFile(f"{index} has no 'weight_map' mapping: the index is damaged")
+    if not isinstance(m, dict) or not isinstance(m.get('weight_map'), dict):
+        raise CorruptFile(f"{index} has no 'weight_map' mapping: the index is damaged")
     return m['weight_map']
 
-def check_checkpoint_files(path: str|Path # a checkpoint directory
-                          ) -> Path:
+
+def check_checkpoint_files(
+    path: str | Path,  # a checkpoint directory
+) -> Path:
     "The directory, once its config, JSON files, shard index and safetensors files are whole; else `CorruptFile` (or `FileNotFoundError`) naming the first file that is not."
     p = Path(path)
-    if not p.is_dir(): raise FileNotFoundError(f"model path {p} does not exist or is not a directory")
-    if not (p/'config.json').is_file(): raise FileNotFoundError(f"model path {p} has no config.json (not a Hugging Face checkpoint)")
+    if not p.is_dir():
+        raise FileNotFoundError(f"model path {p} does not exist or is not a directory")
+    if not (p / 'config.json').is_file():
+        raise FileNotFoundError(f"model path {p} has no config.json (not a Hugging Face checkpoint)")
     for f in CHECKPOINT_JSON:
-        d = read_json(p/f) if (p/f).exists() else None
-        if f == 'config.json' and not isinstance(d, dict): raise CorruptFile(f"{p/f} is not a JSON object: expected a model configuration")
+        d = read_json(p / f) if (p / f).exists() else None
+        if f == 'config.json' and not isinstance(d, dict):
+            raise CorruptFile(f"{p / f} is not a JSON object: expected a model configuration")
     headers = {f.name: check_safetensors(f) for f in sorted(p.glob('*.safetensors'))}
-    if (p/'model.safetensors.index.json').exists():
-        for k, f in _weight_map(p/'model.safetensors.index.json').items():
-            if f not in headers: raise CorruptFile(f"{p/'model.safetensors.index.json'} names shard {f} (tensor {k!r}), which is missing: the download or copy is incomplete")
-            if k not in headers[f]: raise CorruptFile(f"{p/f} lacks tensor {k!r} that {p/'model.safetensors.index.json'} puts there: the shard is damaged")
+    if (p / 'model.safetensors.index.json').exists():
+        for k, f in _weight_map(p / 'model.safetensors.index.json').items():
+            if f not in headers:
+                raise CorruptFile(
+                    f"{p / 'model.safetensors.index.json'} names shard {f} (tensor {k!r}), which is missing: the download or copy is incomplete"
+                )
+            if k not in headers[f]:
+                raise CorruptFile(
+                    f"{p / f} lacks tensor {k!r} that {p / 'model.safetensors.index.json'} puts there: the shard is damaged"
+                )
     return p
 
 # %% ../nbs/02a_hub.ipynb #a7b10c11
 class NotFetched(FileNotFoundError):
     "Models or datasets that are not in the local hub cache."
-    def __init__(self, missing: list[str], # the missing hub ids (or files)
-                 profile: str = 'llama2-7b', # the profile whose fetch brings them
-                ):
-        self.missing = list(missing)
-        super().__init__(f"not in the local hub cache ({hub_cache()}): {', '.join(self.missing)}. Run `darts fetch --profile {profile}` "
-                         f"on a machine with internet (it downloads them into this cache; set HF_HUB_CACHE to use another), "
-                         f"or give local checkpoint directories in a profile YAML")
 
-def _cached_snapshot(repo_id: str, repo_type: str = 'model') -> Path|None:
+    def __init__(
+        self,
+        missing: list[str],  # the missing hub ids (or files)
+        profile: str = 'llama2-7b',  # the profile whose fetch brings them
+    ):
+        self.missing = list(missing)
+        super().__init__(
+            f"not in the local hub cache ({hub_cache()}): {', '.join(self.missing)}. Run `darts fetch --profile {profile}` "
+            f"on a machine with internet (it downloads them into this cache; set HF_HUB_CACHE to use another), "
+            f"or give local checkpoint directories in a profile YAML"
+        )
+
+
+def _cached_snapshot(repo_id: str, repo_type: str = 'model') -> Path | None:
     "The cached snapshot directory of a repo (its `main` revision), or None."
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
-    try: return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=hub_cache(), local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError): return None
+
+    try:
+        return Path(snapshot_download(repo_id, repo_type=repo_type, cache_dir=hub_cache(), local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+        return None
+
 
 def _is_checkpoint(p: Path) -> bool:
     "A config and weights, every shard of a sharded checkpoint included (an interrupted download is not a checkpoint)."
-    if not (p/'config.json').exists(): return False
+    if not (p / 'config.json').exists():
+        return False
     for index in ('model.safetensors.index.json', 'pytorch_model.bin.index.json'):
-        if (p/index).exists(): return all((p/f).exists() for f in set(_weight_map(p/index).values()))
+        if (p / index).exists():
+            return all((p / f).exists() for f in set(_weight_map(p / index).values()))
     return any(p.glob('*.safetensors')) or any(p.glob('*.bin'))
 
-def resolve_models(refs: dict[str, str|Path], # role -> local path or hub id
-                   profile: str = 'llama2-7b', # named in the error: the profile `darts fetch` should fetch
-                  ) -> dict[str, Path]:
+
+def resolve_models(
+    refs: dict[str, str | Path],  # role -> local path or hub id
+    profile: str = 'llama2-7b',  # named in the error: the profile `darts fetch` should fetch
+) -> dict[str, Path]:
     "Role -> absolute local checkpoint directory; hub ids from the local cache only (one `NotFetched` naming every missing id)."
     out, missing = {}, []
     for role, ref in refs.items():
         if not is_hub_id(ref):
             p = Path(ref).expanduser().absolute()
-            if not p.is_dir(): raise FileNotFoundError(f"{role}: model path {p} does not exist or is not a directory")
-            out[role] = p; continue
+            if not p.is_dir():
+                raise FileNotFoundError(f"{role}: model path {p} does not exist or is not a directory")
+            out[role] = p
+            continue
         snap = _cached_snapshot(str(ref))
-        if snap is None or not _is_checkpoint(snap): missing.append(str(ref))
-        else: out[role] = snap
-    if missing: raise NotFetched(missing, profile)
+        if snap is None or not _is_checkpoint(snap):
+            missing.append(str(ref))
+        else:
+            out[role] = snap
+    if missing:
+        raise NotFetched(missing, profile)
     return out
 
-def resolve_model(ref: str|Path # a local path or a hub id
-                 ) -> Path:
+
+def resolve_model(
+    ref: str | Path,  # a local path or a hub id
+) -> Path:
     "The absolute local checkpoint directory of one reference (see `resolve_models`)."
     return resolve_models({'model': ref})['model']
 
 # %% ../nbs/02a_hub.ipynb #a7b10c14
-def dataset_file(domain: str, # a domain of PAPER_DATASETS ('math' or 'instruct')
-                ) -> Path:
+def dataset_file(
+    domain: str,  # a domain of PAPER_DATASETS ('math' or 'instruct')
+) -> Path:
     "The cached test file of a paper dataset (`NotFetched` when absent)."
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
-    if domain not in PAPER_DATASETS: raise ValueError(f"domain={domain!r}: expected one of {list(PAPER_DATASETS)}")
+
+    if domain not in PAPER_DATASETS:
+        raise ValueError(f"domain={domain!r}: expected one of {list(PAPER_DATASETS)}")
     repo, fname = PAPER_DATASETS[domain]
-    try: return Path(hf_hub_download(repo, fname, repo_type='dataset', cache_dir=hub_cache(), local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError): raise NotFetched([f'{repo} ({fname})']) from None
+    try:
+        return Path(hf_hub_download(repo, fname, repo_type='dataset', cache_dir=hub_cache(), local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+        raise NotFetched([f'{repo} ({fname})']) from None
+
 
 def alpaca_reference_path() -> Path:
     "Where `fetch` keeps the AlpacaEval reference outputs (it may not exist yet)."
-    return darts_home()/'data'/'paper'/f'alpaca_eval_{ALPACA_REFERENCE[0]}.json'
+    return darts_home() / 'data' / 'paper' / f'alpaca_eval_{ALPACA_REFERENCE[0]}.json'
 
 # %% ../nbs/02a_hub.ipynb #a7b10c17
-def weight_files(files: list[str] # the repo's file names
-                ) -> list[str]:
+def weight_files(
+    files: list[str],  # the repo's file names
+) -> list[str]:
     "The files of a model repo worth downloading: configs, tokenizer, and one copy of the weights (safetensors if any)."
     keep = [f for f in files if '/' not in f and any(fnmatch.fnmatch(f, p) for p in MODEL_FILES)]
     st = [f for f in files if '/' not in f and f.endswith('.safetensors')]
     return keep + (st or [f for f in files if '/' not in f and f.endswith('.bin')])
 
-def _gb(n: int) -> str: return f'{n / 1e9:.2f} GB'
 
-def fetch_plan(models: dict[str, str] = PAPER_MODELS, # role -> hub id
-               datasets: dict[str, tuple] = PAPER_DATASETS, # domain -> (dataset repo, file)
-              ) -> 'pd.DataFrame':
+def _gb(n: int) -> str:
+    return f'{n / 1e9:.2f} GB'
+
+
+def fetch_plan(
+    models: dict[str, str] = PAPER_MODELS,  # role -> hub id
+    datasets: dict[str, tuple] = PAPER_DATASETS,  # domain -> (dataset repo, file)
+) -> 'pd.DataFrame':
     "What `fetch` would download: one row per file (repo, kind, file, bytes, cached); needs the network."
     import pandas as pd
+
     rows = []
     for role, repo in models.items():
-        if not is_hub_id(repo): continue
+        if not is_hub_id(repo):
+            continue
         listing = _listing(repo, 'model')
         want = set(weight_files([f.filename for f in listing]))
         rows += [_row(repo, 'model', f) for f in listing if f.filename in want]
     for domain, (repo, fname) in datasets.items():
         got = [f for f in _listing(repo, 'dataset', fname) if f.filename == fname]
-        if not got: raise ValueError(f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; update the file name")
+        if not got:
+            raise ValueError(
+                f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; update the file name"
+            )
         rows += [_row(repo, 'dataset', f) for f in got]
     return pd.DataFrame(rows, columns=['repo', 'kind', 'file', 'bytes', 'cached'])
+
 
 def _row(repo: str, kind: str, f) -> dict:
     "One plan row from a dry run's file record."
     return dict(repo=repo, kind=kind, file=f.filename, bytes=f.file_size or 0, cached=f.is_cached)
 
-def _listing(repo: str, repo_type: str, pattern: str|None = None) -> list:
+
+def _listing(repo: str, repo_type: str, pattern: str | None = None) -> list:
     "The files of a hub repo with their sizes and cache state (a dry run); a gated repo's error says what to do."
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import GatedRepoError
-    try: return snapshot_download(repo, repo_type=repo_type, cache_dir=hub_cache(), allow_patterns=pattern, dry_run=True)
-    except GatedRepoError: raise ValueError(f"{repo} is gated: accept its licence on https://huggingface.co/{repo} "
-                                           f"and log in (`hf auth login`, or set HF_TOKEN), then fetch again") from None
 
-def plan_summary(plan: 'pd.DataFrame' # from `fetch_plan`
-                ) -> str:
+    try:
+        return snapshot_download(repo, repo_type=repo_type, cache_dir=hub_cache(), allow_patterns=pattern, dry_run=True)
+    except GatedRepoError:
+        raise ValueError(
+            f"{repo} is gated: accept its licence on https://huggingface.co/{repo} "
+            f"and log in (`hf auth login`, or set HF_TOKEN), then fetch again"
+        ) from None
+
+
+def plan_summary(
+    plan: 'pd.DataFrame',  # from `fetch_plan`
+) -> str:
     "One line: how much will download, of how much in all."
     todo = plan[~plan.cached]
-    return (f"{len(todo)} of {len(plan)} files to download: {_gb(int(todo.bytes.sum()))} "
-            f"(of {_gb(int(plan.bytes.sum()))}; {_gb(int(plan[plan.cached].bytes.sum()))} already cached in {hub_cache()})")
+    return (
+        f"{len(todo)} of {len(plan)} files to download: {_gb(int(todo.bytes.sum()))} "
+        f"(of {_gb(int(plan.bytes.sum()))}; {_gb(int(plan[plan.cached].bytes.sum()))} already cached in {hub_cache()})"
+    )
 
 # %% ../nbs/02a_hub.ipynb #a7b10c19
-def fetch(models: dict[str, str] = PAPER_MODELS, # role -> hub id
-          datasets: dict[str, tuple] = PAPER_DATASETS, # domain -> (dataset repo, file)
-          reference: tuple = ALPACA_REFERENCE, # (name, URL) of the AlpacaEval reference outputs
-          dry_run: bool = False, # only say what would be downloaded
-         ) -> 'pd.DataFrame':
+def fetch(
+    models: dict[str, str] = PAPER_MODELS,  # role -> hub id
+    datasets: dict[str, tuple] = PAPER_DATASETS,  # domain -> (dataset repo, file)
+    reference: tuple = ALPACA_REFERENCE,  # (name, URL) of the AlpacaEval reference outputs
+    dry_run: bool = False,  # only say what would be downloaded
+) -> 'pd.DataFrame':
     "Download the models, datasets and AlpacaEval reference into the local caches; returns the plan."
     from huggingface_hub import snapshot_download
+
     if os.environ.get('HF_HUB_OFFLINE') == '1':
-        raise ValueError('fetch needs the network, but HF_HUB_OFFLINE=1 is set: unset it (and HF_DATASETS_OFFLINE) and run again')
+        raise ValueError(
+            'fetch needs the network, but HF_HUB_OFFLINE=1 is set: unset it (and HF_DATASETS_OFFLINE) and run again'
+        )
     plan = fetch_plan(models, datasets)
     print(plan_summary(plan))
-    if dry_run: return plan
+    if dry_run:
+        return plan
     for repo, g in plan.groupby('repo', sort=False):
         kind = g.kind.iloc[0]
         snapshot_download(repo, repo_type=kind, cache_dir=hub_cache(), allow_patterns=list(g.file))
     ref = alpaca_reference_path()
     if not ref.exists():
-        with urllib.request.urlopen(reference[1], timeout=60) as r: atomic_write(ref, r.read().decode('utf-8'))
+        with urllib.request.urlopen(reference[1], timeout=60) as r:
+            atomic_write(ref, r.read().decode('utf-8'))
     print(f'fetched into {hub_cache()} (models, datasets) and {ref} (AlpacaEval reference)')
     return plan

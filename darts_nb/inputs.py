@@ -6,7 +6,9 @@ Docs: https://darts-nb.github.io/darts_nb/inputs.html.md"""
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c03
 from __future__ import annotations
-import difflib, json, random
+import difflib
+import json
+import random
 from pathlib import Path
 import torch
 from .core import stable_hash, path_fingerprint
@@ -20,31 +22,38 @@ __all__ = ['calib_items', 'item_texts', 'models_key', 'data_key', 'run_inputs', 
            'config_by_role', 'source_key', 'check_run_args', 'pick_configs']
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c06
-def calib_items(domain: str, # one of DOMAINS
-                n: int = 50, # items wanted
-                seed: int = 0, # calibration seed: which items are drawn, and their order
-                split: str = 'calib', # 'calib', or 'eval' for held-out items
-                profile: str = 'toy', # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' Table 7 split)
-               ) -> list[dict]:
+def calib_items(
+    domain: str,  # one of DOMAINS
+    n: int = 50,  # items wanted
+    seed: int = 0,  # calibration seed: which items are drawn, and their order
+    split: str = 'calib',  # 'calib', or 'eval' for held-out items
+    profile: str = 'toy',  # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' Table 7 split)
+) -> list[dict]:
     "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100): toy training items, or more of the benchmark (then kept out of that arm's evaluation)."
     if profile == 'paper':
-        if split != 'calib': return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
+        if split != 'calib':
+            return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
         items = paper_split(domain, 'calib', n_calib=max(50, n))
     else:
         items = load_split(domain, split, seed=0)
-        if split != 'calib': return items[:n]
+        if split != 'calib':
+            return items[:n]
         if n > len(items):  # never from eval
             train = load_split(domain, 'train', seed=0)
-            items = items + [with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[:n - len(items)]]
+            items = items + [
+                with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[: n - len(items)]
+            ]
     g = torch.Generator().manual_seed(seed)
     return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
 
-def item_texts(profile: str, # the evaluation tasks: 'toy' or 'paper'
-               domain: str, # one of DOMAINS
-               items: list[dict], # items of `calib_items`
-               split: str, # 'calib' or 'eval'
-               mode: str, # calibration text: 'prompt' or 'prompt+reference'
-              ) -> tuple[list[str], list|None]:
+
+def item_texts(
+    profile: str,  # the evaluation tasks: 'toy' or 'paper'
+    domain: str,  # one of DOMAINS
+    items: list[dict],  # items of `calib_items`
+    split: str,  # 'calib' or 'eval'
+    mode: str,  # calibration text: 'prompt' or 'prompt+reference'
+) -> tuple[list[str], list | None]:
     "(texts, spans) of items: calibration text of 'calib' items, full text (with the reference) of held-out ones (spans None off the toy zoo)."
     if profile != 'toy':
         ref = split != 'calib' or mode == 'prompt+reference'
@@ -53,100 +62,146 @@ def item_texts(profile: str, # the evaluation tasks: 'toy' or 'paper'
     return texts, [text_spans(it, t) for it, t in zip(items, texts)]
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c09
-def models_key(profile: Profile # a resolved profile
-              ) -> str:
+def models_key(
+    profile: Profile,  # a resolved profile
+) -> str:
     "A short hash of the profile's checkpoints as they are now (`core.path_fingerprint`; a hub id as given)."
     return stable_hash([path_fingerprint(p) for p in profile.paths.values()], 8)
 
+
 _DATA_KEYS = {}  # eval profile -> data key, computed once per process (the toy splits take seconds to generate)
 
-def data_key(eval_profile: str # 'toy' (the generated domains) or 'paper' (the benchmarks)
-            ) -> str:
+
+def data_key(
+    eval_profile: str,  # 'toy' (the generated domains) or 'paper' (the benchmarks)
+) -> str:
     "A hash of the items the domains are calibrated and evaluated on (the toy splits, or the benchmarks' items; 'missing' for one not fetched)."
     if eval_profile not in _DATA_KEYS:
         if eval_profile == 'paper':
             parts = []
             for d in DOMAINS:
-                try: parts.append(stable_hash(paper_items(d)))
-                except (ImportError, NotFetched): parts.append(f'{d}: missing')
+                try:
+                    parts.append(stable_hash(paper_items(d)))
+                except (ImportError, NotFetched):
+                    parts.append(f'{d}: missing')
             key = stable_hash(parts)
-            if any('missing' in x for x in parts): return key  # not kept: fetched later, the data are then known
-        else: key = stable_hash([load_split(d, s) for d in DOMAINS for s in ('calib', 'eval')])  # train comes from the same pool
+            if any('missing' in x for x in parts):
+                return key  # not kept: fetched later, the data are then known
+        else:
+            key = stable_hash(
+                [load_split(d, s) for d in DOMAINS for s in ('calib', 'eval')]
+            )  # train comes from the same pool
         _DATA_KEYS[eval_profile] = key
     return _DATA_KEYS[eval_profile]
 
-def run_inputs(profile: Profile, # a resolved profile
-               models: str, # `models_key(profile)`
-               eval_limit: int|None, # eval items per domain
-               judge: str|None = None, # paper tasks: the AlpacaEval judge's annotators config (None: not judged)
-              ) -> dict:
+
+def run_inputs(
+    profile: Profile,  # a resolved profile
+    models: str,  # `models_key(profile)`
+    eval_limit: int | None,  # eval items per domain
+    judge: str | None = None,  # paper tasks: the AlpacaEval judge's annotators config (None: not judged)
+) -> dict:
     "What every row of a run is computed from besides its own key: the checkpoints, the evaluation tasks and limit, the data (and the judge)."
     d = dict(models=models, tasks=profile.eval_profile, eval_limit=eval_limit, data=data_key(profile.eval_profile))
     return {**d, 'judge': judge} if profile.eval_profile == 'paper' else d  # another judge, other AlpacaEval win rates
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c0a
-def read_run_json(path: Path # a run's run.json
-                 ) -> dict:
+def read_run_json(
+    path: Path,  # a run's run.json
+) -> dict:
     "A run's run.json, or a clear error naming it when it is not what `make_run` writes."
-    try: m = json.loads(path.read_text())
+    try:
+        m = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e}): the run's record is damaged; restore it, or start the run afresh under another name") from None
+        raise ValueError(
+            f"{path} is not valid JSON ({e}): the run's record is damaged; restore it, or start the run afresh under another name"
+        ) from None
     if not isinstance(m, dict) or not isinstance(m.get('profile'), dict):
-        raise ValueError(f"{path} has no profile: not a run record written by make_run; restore it, or use another run name")
+        raise ValueError(
+            f"{path} has no profile: not a run record written by make_run; restore it, or use another run name"
+        )
     return m
 
-def check_same_inputs(name: str, # the run's name
-                      old: dict, # its run.json
-                      new: dict, # `run_inputs` now
-                      meta: Path, # the run.json's path (named in the error)
-                      has_results: bool, # whether the run has recorded results
-                     ) -> None:
+
+def check_same_inputs(
+    name: str,  # the run's name
+    old: dict,  # its run.json
+    new: dict,  # `run_inputs` now
+    meta: Path,  # the run.json's path (named in the error)
+    has_results: bool,  # whether the run has recorded results
+) -> None:
     "A run that has recorded results keeps the inputs they came from: refuse other ones, saying which differ."
     was = old.get('inputs')
-    if not has_results or was == new: return
+    if not has_results or was == new:
+        return
     if was is None:
-        raise ValueError(f"run {name!r} was recorded by an older darts_nb, whose results do not say what they were computed from: "
-                         f"they still read (darts report {name}), but take no new rows; use another --name")
-    what = {'eval_limit': 'eval items per domain (--eval-limit)', 'tasks': 'evaluation tasks', 'data': 'calibration and evaluation data',
-            'models': 'checkpoints', 'judge': 'the AlpacaEval judge (--judge)'}
+        raise ValueError(
+            f"run {name!r} was recorded by an older darts_nb, whose results do not say what they were computed from: "
+            f"they still read (darts report {name}), but take no new rows; use another --name"
+        )
+    what = {
+        'eval_limit': 'eval items per domain (--eval-limit)',
+        'tasks': 'evaluation tasks',
+        'data': 'calibration and evaluation data',
+        'models': 'checkpoints',
+        'judge': 'the AlpacaEval judge (--judge)',
+    }
     diff = [f"{what.get(k, k)}: {was.get(k)!r} then, {new.get(k)!r} now" for k in new if was.get(k) != new.get(k)]
-    raise ValueError(f"run {name!r} recorded its results with other inputs ({'; '.join(diff)}), so they would be taken for these: "
-                     f"run it with the same settings, or use another --name (or delete {meta.parent})")
+    raise ValueError(
+        f"run {name!r} recorded its results with other inputs ({'; '.join(diff)}), so they would be taken for these: "
+        f"run it with the same settings, or use another --name (or delete {meta.parent})"
+    )
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c0b
-def config_by_role(cfg: dict, # a mergekit configuration (merge.sweep_configs)
-                   paths: dict, # role -> checkpoint path of the run's profile (`Profile.paths`)
-                  ) -> dict:
+def config_by_role(
+    cfg: dict,  # a mergekit configuration (merge.sweep_configs)
+    paths: dict,  # role -> checkpoint path of the run's profile (`Profile.paths`)
+) -> dict:
     "A merge configuration with its checkpoints named by role (they are in the models key) and what follows from them left out."
     roles = {str(p): r for r, p in paths.items()} | {str(Path(p).expanduser().absolute()): r for r, p in paths.items()}
-    c = json.loads(json.dumps(cfg, default=str)); c.pop('tokenizer_source', None)
-    if 'base_model' in c: c['base_model'] = roles.get(c['base_model'], c['base_model'])
-    c['models'] = sorted(({**m, 'model': roles.get(m['model'], m['model'])} for m in c.get('models') or []), key=lambda m: m['model'])
+    c = json.loads(json.dumps(cfg, default=str))
+    c.pop('tokenizer_source', None)
+    if 'base_model' in c:
+        c['base_model'] = roles.get(c['base_model'], c['base_model'])
+    c['models'] = sorted(
+        ({**m, 'model': roles.get(m['model'], m['model'])} for m in c.get('models') or []), key=lambda m: m['model']
+    )
     return c
 
-def source_key(content_key: str, # the run's content key (a hash of `run_inputs`); '' for a run made by hand
-               merge_key: str = '', # a hash of the merge's `config_by_role`, for a merged model's rows
-              ) -> str:
+
+def source_key(
+    content_key: str,  # the run's content key (a hash of `run_inputs`); '' for a run made by hand
+    merge_key: str = '',  # a hash of the merge's `config_by_role`, for a merged model's rows
+) -> str:
     "The `source` column of a row: what it was computed from ('' for a run made by hand)."
     return stable_hash([content_key, merge_key]) if content_key else ''
 
 # %% ../nbs/15a_inputs.ipynb #1a5e0c0d
-def check_run_args(name, # a run name: a plain directory name
-                   eval_limit, # None or an integer >= 1
-                  ) -> None:
+def check_run_args(
+    name,  # a run name: a plain directory name
+    eval_limit,  # None or an integer >= 1
+) -> None:
     "Refuse a run name or eval limit that is not one, before anything is built."
-    if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'): raise ValueError(f"name={name!r}: expected a plain directory name")
+    if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'):
+        raise ValueError(f"name={name!r}: expected a plain directory name")
     if eval_limit is not None and (isinstance(eval_limit, bool) or not isinstance(eval_limit, int) or eval_limit < 1):
         raise ValueError(f"eval_limit={eval_limit!r}: expected None or an integer >= 1")
 
-def pick_configs(cfgs: dict, # name -> merge configuration
-                 names: list[str]|None, # the names wanted (None: all)
-                ) -> dict:
+
+def pick_configs(
+    cfgs: dict,  # name -> merge configuration
+    names: list[str] | None,  # the names wanted (None: all)
+) -> dict:
     "The configurations `names` (all with None), with the closest names suggested for an unknown one."
-    if names is None: return cfgs
-    if not names: raise ValueError('names=[]: expected at least one configuration name, or None for the whole sweep')
+    if names is None:
+        return cfgs
+    if not names:
+        raise ValueError('names=[]: expected at least one configuration name, or None for the whole sweep')
     for n in names:
         if n not in cfgs:
             near = difflib.get_close_matches(str(n), list(cfgs), n=3, cutoff=0.5)
-            raise ValueError(f"merge {n!r} is not in this run's sweep" + (f"; did you mean {', '.join(near)}?" if near else f' ({len(cfgs)} configurations)'))
+            raise ValueError(
+                f"merge {n!r} is not in this run's sweep"
+                + (f"; did you mean {', '.join(near)}?" if near else f' ({len(cfgs)} configurations)')
+            )
     return {k: v for k, v in cfgs.items() if k in names}

@@ -6,7 +6,11 @@ Docs: https://darts-nb.github.io/darts_nb/lease.html.md"""
 
 # %% ../nbs/00a_lease.ipynb #1e45a003
 from __future__ import annotations
-import json, os, socket, threading, time
+import json
+import os
+import socket
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from .core import write_json, _rmtree
@@ -15,89 +19,125 @@ from .core import write_json, _rmtree
 __all__ = ['HEARTBEAT', 'LEASE_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease', 'is_stale', 'clean_stale']
 
 # %% ../nbs/00a_lease.ipynb #1e45a006
-HEARTBEAT = 30.  # seconds between two renewals of a held lease
-LEASE_TTL = 600.  # default seconds without a heartbeat after which a lease is stale (DARTS_LEASE_TTL overrides)
+HEARTBEAT = 30.0  # seconds between two renewals of a held lease
+LEASE_TTL = 600.0  # default seconds without a heartbeat after which a lease is stale (DARTS_LEASE_TTL overrides)
+
 
 def lease_ttl() -> float:
     "The time-to-live of a lease in seconds: `DARTS_LEASE_TTL`, else `LEASE_TTL`."
     v = os.environ.get('DARTS_LEASE_TTL')
-    if v is None: return LEASE_TTL
-    try: ttl = float(v)
-    except ValueError: ttl = float('nan')
-    if not ttl > 0: raise ValueError(f"DARTS_LEASE_TTL={v!r}: expected a number of seconds > 0")
+    if v is None:
+        return LEASE_TTL
+    try:
+        ttl = float(v)
+    except ValueError:
+        ttl = float('nan')
+    if not ttl > 0:
+        raise ValueError(f"DARTS_LEASE_TTL={v!r}: expected a number of seconds > 0")
     return ttl
+
 
 def host_id() -> str:
     "This machine: its host name and boot id (a rebooted machine is another host, whose old processes are all gone)."
     boot = Path('/proc/sys/kernel/random/boot_id')
     return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else ''}"
 
-def lease_path(path: str|Path # the temporary file or folder being written
-              ) -> Path:
+
+def lease_path(
+    path: str | Path,  # the temporary file or folder being written
+) -> Path:
     "The lease file of `path`: its sibling `path.lease`."
     path = Path(path)
     return path.with_name(path.name + '.lease')
 
+
 def _beat(path: Path, started: float) -> None:
     write_json(lease_path(path), dict(host=host_id(), pid=os.getpid(), started=started, heartbeat=time.time()))
 
+
 def _renew(path: Path, started: float, stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
-        try: _beat(path, started)
-        except OSError: pass  # a full or vanished directory: the next beat tries again, the work itself reports its error
+        try:
+            _beat(path, started)
+        except OSError:
+            pass  # a full or vanished directory: the next beat tries again, the work itself reports its error
+
 
 @contextmanager
-def hold_lease(path: str|Path, # the temporary file or folder this process is writing
-               every: float = HEARTBEAT, # seconds between renewals
-              ):
+def hold_lease(
+    path: str | Path,  # the temporary file or folder this process is writing
+    every: float = HEARTBEAT,  # seconds between renewals
+):
     "Hold a lease on `path` while the block runs (renewed by a background thread), removed at the end."
     path, started = Path(path), time.time()
     _beat(path, started)
     stop = threading.Event()
     t = threading.Thread(target=_renew, args=(path, started, stop, every), daemon=True, name=f'lease {path.name}')
     t.start()
-    try: yield lease_path(path)
+    try:
+        yield lease_path(path)
     finally:
-        stop.set(); t.join()
+        stop.set()
+        t.join()
         lease_path(path).unlink(missing_ok=True)
 
 # %% ../nbs/00a_lease.ipynb #1e45a00a
-def read_lease(path: str|Path # the temporary file or folder
-              ) -> dict|None:
+def read_lease(
+    path: str | Path,  # the temporary file or folder
+) -> dict | None:
     "The lease of `path`, or None when it has none (or an unreadable one: a lease is written whole, so that is a writer that never beat)."
-    try: d = json.loads(lease_path(path).read_text())
-    except (OSError, ValueError): return None
+    try:
+        d = json.loads(lease_path(path).read_text())
+    except (OSError, ValueError):
+        return None
     return d if isinstance(d, dict) and {'host', 'pid', 'heartbeat'} <= set(d) else None
 
+
 def _gone(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return True
-    except OSError: return False  # someone else's process: alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # someone else's process: alive
     return False
 
-def is_stale(path: str|Path, # a temporary file or folder
-             ttl: float|None = None, # seconds without a heartbeat (None: `lease_ttl()`)
-             now: float|None = None, # the time to judge at (None: now)
-            ) -> bool:
+
+def is_stale(
+    path: str | Path,  # a temporary file or folder
+    ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
+    now: float | None = None,  # the time to judge at (None: now)
+) -> bool:
     "Whether the temporary `path` was abandoned: a heartbeat older than `ttl`, or a writer on this machine that is gone; without a lease, a modification time older than `ttl`."
     path, ttl, now = Path(path), lease_ttl() if ttl is None else ttl, time.time() if now is None else now
     lease = read_lease(path)
     if lease is None:
-        try: return now - path.lstat().st_mtime > ttl
-        except FileNotFoundError: return True
-    if lease['host'] == host_id() and _gone(int(lease['pid'])): return True
+        try:
+            return now - path.lstat().st_mtime > ttl
+        except FileNotFoundError:
+            return True
+    if lease['host'] == host_id() and _gone(int(lease['pid'])):
+        return True
     return now - float(lease['heartbeat']) > ttl
 
-def clean_stale(folder: str|Path, # a folder whose temporaries (`.NAME.tmp-*`) to judge
-                ttl: float|None = None, # seconds without a heartbeat (None: `lease_ttl()`)
-               ) -> list[Path]:
+
+def clean_stale(
+    folder: str | Path,  # a folder whose temporaries (`.NAME.tmp-*`) to judge
+    ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
+) -> list[Path]:
     "Remove the abandoned temporaries in `folder` with their leases (and leases left without a temporary); returns what was removed."
     gone, found = [], sorted(Path(folder).glob('.*.tmp-*'))
     for t in (t for t in found if not t.name.endswith('.lease')):
-        if not is_stale(t, ttl): continue
+        if not is_stale(t, ttl):
+            continue
         _rmtree(t)
-        lease_path(t).unlink(missing_ok=True); gone.append(t)
-    for lp in (t for t in found if t.name.endswith('.lease') and t.exists()):  # a lease whose temporary is gone: kept while its writer beats
-        t = lp.with_name(lp.name[:-len('.lease')])
-        if not t.exists() and is_stale(t, ttl): lp.unlink(missing_ok=True); gone.append(lp)
+        lease_path(t).unlink(missing_ok=True)
+        gone.append(t)
+    for lp in (
+        t for t in found if t.name.endswith('.lease') and t.exists()
+    ):  # a lease whose temporary is gone: kept while its writer beats
+        t = lp.with_name(lp.name[: -len('.lease')])
+        if not t.exists() and is_stale(t, ttl):
+            lp.unlink(missing_ok=True)
+            gone.append(lp)
     return gone

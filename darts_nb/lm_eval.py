@@ -17,37 +17,57 @@ def darts_model_class():
     "lm-eval's HF model with a surgery module attached (`surgery=<folder>` in `--model_args`), defined on first use."
     from lm_eval.models.huggingface import HFLM
     from darts_nb.surgery import attach_surgery, load_surgery
+
     class DartsLM(HFLM):
         "A Hugging Face causal LM for lm-eval, corrected by a DARTS surgery module when `surgery` is given."
-        def __init__(self, pretrained, surgery: str|None = None, **kwargs):
+
+        def __init__(self, pretrained, surgery: str | None = None, **kwargs):
             super().__init__(pretrained=pretrained, **kwargs)
             self.surgery = load_surgery(surgery) if surgery else None
-            if self.surgery is not None: attach_surgery(self.model, self.surgery)
+            if self.surgery is not None:
+                attach_surgery(self.model, self.surgery)
+
     return DartsLM
+
 
 def register_darts_model() -> None:
     "Register the `darts` model with lm-eval's registry (once per process)."
     from lm_eval.api.registry import model_registry
-    if 'darts' not in model_registry: model_registry.register('darts')(darts_model_class())
 
-def main(argv: list[str]|None = None # lm-eval's arguments (default: sys.argv[1:])
-        ) -> int:
+    if 'darts' not in model_registry:
+        model_registry.register('darts')(darts_model_class())
+
+
+def main(
+    argv: list[str] | None = None,  # lm-eval's arguments (default: sys.argv[1:])
+) -> int:
     "lm-eval's command line, with the `darts` model registered and the package's tasks on the include path."
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
     import lm_eval.evaluator
     from darts_nb.evaluate import tasks_dir, _git_hash_once, _env_info_once
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    runs = argv[:1] == ['run'] or (argv[:1] and argv[0].startswith('--') and argv[0] not in ('-h', '--help'))  # `run` or its legacy form
-    if runs and not any(a.startswith('--include_path') for a in argv): argv += ['--include_path', str(tasks_dir())]
-    register_darts_model(); setup_logging()
-    lm_eval.evaluator.get_git_commit_hash, lm_eval.evaluator.add_env_info = _git_hash_once, _env_info_once  # no git noise outside a repo
+    runs = argv[:1] == ['run'] or (
+        argv[:1] and argv[0].startswith('--') and argv[0] not in ('-h', '--help')
+    )  # `run` or its legacy form
+    if runs and not any(a.startswith('--include_path') for a in argv):
+        argv += ['--include_path', str(tasks_dir())]
+    register_darts_model()
+    setup_logging()
+    lm_eval.evaluator.get_git_commit_hash, lm_eval.evaluator.add_env_info = (
+        _git_hash_once,
+        _env_info_once,
+    )  # no git noise outside a repo
     cli, old = HarnessCLI(), sys.argv
     sys.argv = ['lm-eval', *argv]  # HarnessCLI reads sys.argv itself
-    try: args = cli.parse_args()
-    finally: sys.argv = old
+    try:
+        args = cli.parse_args()
+    finally:
+        sys.argv = old
     cli.execute(args)
     return 0
 
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a006
-if __name__ == '__main__' and not in_notebook(): sys.exit(main())
+if __name__ == '__main__' and not in_notebook():
+    sys.exit(main())

@@ -15,95 +15,125 @@ __all__ = ['LOSSES', 'LOSS_NEEDS', 'real_positions', 'per_position_l1', 'l1_loss
            'kl_logits_loss', 'ce_distill_loss', 'get_loss', 'compute_loss']
 
 # %% ../nbs/05_losses.ipynb #7564d29c
-def real_positions(mask: torch.Tensor # B x T, True/1 at real tokens
-                  ) -> torch.Tensor:
+def real_positions(
+    mask: torch.Tensor,  # B x T, True/1 at real tokens
+) -> torch.Tensor:
     "The mask as bool; a `ValueError` if it selects no position."
     m = mask.bool()
-    if not m.any(): raise ValueError(f"mask: expected at least one real (non-pad) position, got none (shape {tuple(m.shape)})")
+    if not m.any():
+        raise ValueError(f"mask: expected at least one real (non-pad) position, got none (shape {tuple(m.shape)})")
     return m
 
-def _check_shapes(pred, target, mask):
-    if pred.shape != target.shape: raise ValueError(f"pred/target: shapes differ, {tuple(pred.shape)} vs {tuple(target.shape)}")
-    if mask.shape != pred.shape[:-1]: raise ValueError(f"mask: expected shape {tuple(pred.shape[:-1])}, got {tuple(mask.shape)}")
 
-def per_position_l1(pred: torch.Tensor, # B x T x H corrected hidden states
-                    target: torch.Tensor, # B x T x H expert hidden states
-                    mask: torch.Tensor, # B x T, real positions
-                   ) -> torch.Tensor:
+def _check_shapes(pred, target, mask):
+    if pred.shape != target.shape:
+        raise ValueError(f"pred/target: shapes differ, {tuple(pred.shape)} vs {tuple(target.shape)}")
+    if mask.shape != pred.shape[:-1]:
+        raise ValueError(f"mask: expected shape {tuple(pred.shape[:-1])}, got {tuple(mask.shape)}")
+
+
+def per_position_l1(
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    mask: torch.Tensor,  # B x T, real positions
+) -> torch.Tensor:
     "`||pred_t - target_t||_1 / H` at the real positions only (a 1-D tensor, row-major order)."
-    _check_shapes(pred, target, mask); m = real_positions(mask)
+    _check_shapes(pred, target, mask)
+    m = real_positions(mask)
     return (pred[m] - target[m]).abs().mean(-1)
 
 # %% ../nbs/05_losses.ipynb #b56c1021
-def l1_loss(pred: torch.Tensor, # B x T x H corrected hidden states
-            target: torch.Tensor, # B x T x H expert hidden states
-            mask: torch.Tensor, # B x T, real positions
-           ) -> torch.Tensor:
+def l1_loss(
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    mask: torch.Tensor,  # B x T, real positions
+) -> torch.Tensor:
     "Eq. 5: mean over real positions of `||pred_t - target_t||_1 / H`."
     return per_position_l1(pred, target, mask).mean()
 
-def entropy_weights(entropy: torch.Tensor, # B x T expert next-token entropies (nats)
-                    mask: torch.Tensor, # B x T, real positions
-                   ) -> torch.Tensor:
+
+def entropy_weights(
+    entropy: torch.Tensor,  # B x T expert next-token entropies (nats)
+    mask: torch.Tensor,  # B x T, real positions
+) -> torch.Tensor:
     "`H_t / mean(H)` at the real positions (unit mean); all ones if every entropy is 0."
     m = real_positions(mask)
-    if entropy.shape != m.shape: raise ValueError(f"entropy: expected shape {tuple(m.shape)}, got {tuple(entropy.shape)}")
+    if entropy.shape != m.shape:
+        raise ValueError(f"entropy: expected shape {tuple(m.shape)}, got {tuple(entropy.shape)}")
     e = entropy[m].float()
-    if (e < 0).any() or not torch.isfinite(e).all(): raise ValueError("entropy: expected finite non-negative values at real positions")
+    if (e < 0).any() or not torch.isfinite(e).all():
+        raise ValueError("entropy: expected finite non-negative values at real positions")
     mu = e.mean()
     return torch.ones_like(e) if mu == 0 else e / mu
 
-def ewl1_loss(pred: torch.Tensor, # B x T x H corrected hidden states
-              target: torch.Tensor, # B x T x H expert hidden states
-              entropy: torch.Tensor, # B x T expert entropies
-              mask: torch.Tensor, # B x T, real positions
-             ) -> torch.Tensor:
+
+def ewl1_loss(
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    entropy: torch.Tensor,  # B x T expert entropies
+    mask: torch.Tensor,  # B x T, real positions
+) -> torch.Tensor:
     "Eq. 6: L1 with each real position weighted by `H_t / mean(H)`."
     return (per_position_l1(pred, target, mask) * entropy_weights(entropy, mask).to(pred.dtype)).mean()
 
 # %% ../nbs/05_losses.ipynb #9650db54
 def _head_logits(h: torch.Tensor, head) -> torch.Tensor:
     "Logits of `h` under a frozen head (an `nn.Linear`-like module or a V x H weight tensor)."
-    if isinstance(head, torch.Tensor): return h @ head.detach().to(h.dtype).T
-    w = head.weight.detach().to(h.dtype); b = getattr(head, 'bias', None)
+    if isinstance(head, torch.Tensor):
+        return h @ head.detach().to(h.dtype).T
+    w = head.weight.detach().to(h.dtype)
+    b = getattr(head, 'bias', None)
     return F.linear(h, w, None if b is None else b.detach().to(h.dtype))
+
 
 def _kl_sum(p, t, head):
     lq = F.log_softmax(_head_logits(p, head).float(), -1)
     lp = F.log_softmax(_head_logits(t, head).float(), -1)
     return (lp.exp() * (lp - lq)).sum()
 
+
 def _ce_sum(p, t, head, soft):
     lq = F.log_softmax(_head_logits(p, head).float(), -1)
     tl = _head_logits(t, head).float()
-    if soft: return -(F.softmax(tl, -1) * lq).sum()
+    if soft:
+        return -(F.softmax(tl, -1) * lq).sum()
     return F.nll_loss(lq, tl.argmax(-1), reduction='sum')
 
+
 def _chunked_mean(fn, pred, target, mask, chunk_size):
-    _check_shapes(pred, target, mask); m = real_positions(mask)
-    if chunk_size < 1: raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
-    p, t = pred[m], target[m].detach(); total = 0.
+    _check_shapes(pred, target, mask)
+    m = real_positions(mask)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
+    p, t = pred[m], target[m].detach()
+    total = 0.0
     for i in range(0, p.shape[0], chunk_size):
-        pc, tc = p[i:i+chunk_size], t[i:i+chunk_size]
-        total = total + (checkpoint(fn, pc, tc, use_reentrant=False) if torch.is_grad_enabled() and pc.requires_grad else fn(pc, tc))
+        pc, tc = p[i : i + chunk_size], t[i : i + chunk_size]
+        total = total + (
+            checkpoint(fn, pc, tc, use_reentrant=False) if torch.is_grad_enabled() and pc.requires_grad else fn(pc, tc)
+        )
     return total / p.shape[0]
 
-def kl_logits_loss(pred: torch.Tensor, # B x T x H corrected hidden states
-                   target: torch.Tensor, # B x T x H expert hidden states
-                   mask: torch.Tensor, # B x T, real positions
-                   head, # the expert's LM head (module or V x H weight), frozen
-                   chunk_size: int = 1024, # positions per chunk of logits
-                  ) -> torch.Tensor:
+
+def kl_logits_loss(
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    mask: torch.Tensor,  # B x T, real positions
+    head,  # the expert's LM head (module or V x H weight), frozen
+    chunk_size: int = 1024,  # positions per chunk of logits
+) -> torch.Tensor:
     "Mean over real positions of `KL(softmax(head(target)) || softmax(head(pred)))` (nats)."
     return _chunked_mean(lambda p, t: _kl_sum(p, t, head), pred, target, mask, chunk_size)
 
-def ce_distill_loss(pred: torch.Tensor, # B x T x H corrected hidden states
-                    target: torch.Tensor, # B x T x H expert hidden states
-                    mask: torch.Tensor, # B x T, real positions
-                    head, # the expert's LM head (module or V x H weight), frozen
-                    soft: bool = False, # False: expert argmax targets; True: expert softmax targets
-                    chunk_size: int = 1024, # positions per chunk of logits
-                   ) -> torch.Tensor:
+
+def ce_distill_loss(
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    mask: torch.Tensor,  # B x T, real positions
+    head,  # the expert's LM head (module or V x H weight), frozen
+    soft: bool = False,  # False: expert argmax targets; True: expert softmax targets
+    chunk_size: int = 1024,  # positions per chunk of logits
+) -> torch.Tensor:
     "Cross-entropy of `head(pred)` against the expert's argmax token (or its soft distribution)."
     return _chunked_mean(lambda p, t: _ce_sum(p, t, head, soft), pred, target, mask, chunk_size)
 
@@ -111,25 +141,33 @@ def ce_distill_loss(pred: torch.Tensor, # B x T x H corrected hidden states
 LOSSES = {'l1': l1_loss, 'ewl1': ewl1_loss, 'kl': kl_logits_loss, 'ce': ce_distill_loss}
 LOSS_NEEDS = {'l1': (), 'ewl1': ('entropy',), 'kl': ('head',), 'ce': ('head',)}
 
-def get_loss(name: str # one of LOSSES: 'l1', 'ewl1', 'kl', 'ce'
-            ):
+
+def get_loss(
+    name: str,  # one of LOSSES: 'l1', 'ewl1', 'kl', 'ce'
+):
     "The loss function registered as `name`."
-    if name not in LOSSES: raise ValueError(f"loss={name!r} is unknown; expected one of {sorted(LOSSES)}")
+    if name not in LOSSES:
+        raise ValueError(f"loss={name!r} is unknown; expected one of {sorted(LOSSES)}")
     return LOSSES[name]
 
-def compute_loss(name: str, # one of LOSSES
-                 pred: torch.Tensor, # B x T x H corrected hidden states
-                 target: torch.Tensor, # B x T x H expert hidden states
-                 mask: torch.Tensor, # B x T real positions
-                 entropy: torch.Tensor|None = None, # B x T expert entropies ('ewl1')
-                 head=None, # expert LM head ('kl', 'ce')
-                 **kw) -> torch.Tensor:
+
+def compute_loss(
+    name: str,  # one of LOSSES
+    pred: torch.Tensor,  # B x T x H corrected hidden states
+    target: torch.Tensor,  # B x T x H expert hidden states
+    mask: torch.Tensor,  # B x T real positions
+    entropy: torch.Tensor | None = None,  # B x T expert entropies ('ewl1')
+    head=None,  # expert LM head ('kl', 'ce')
+    **kw,
+) -> torch.Tensor:
     "Call loss `name` with the arguments it needs."
     fn = get_loss(name)
     if 'entropy' in LOSS_NEEDS[name]:
-        if entropy is None: raise ValueError(f"loss={name!r} needs entropy=, got None")
+        if entropy is None:
+            raise ValueError(f"loss={name!r} needs entropy=, got None")
         return fn(pred, target, entropy, mask, **kw)
     if 'head' in LOSS_NEEDS[name]:
-        if head is None: raise ValueError(f"loss={name!r} needs head= (the expert's LM head), got None")
+        if head is None:
+            raise ValueError(f"loss={name!r} needs head= (the expert's LM head), got None")
         return fn(pred, target, mask, head, **kw)
     return fn(pred, target, mask, **kw)

@@ -6,7 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/merge.html.md"""
 
 # %% ../nbs/09_merge.ipynb #d810372a
 from __future__ import annotations
-import argparse, json, math, numbers, os, re, shutil, time
+import argparse
+import json
+import math
+import numbers
+import re
+import shutil
+import time
 from itertools import combinations
 from pathlib import Path
 import torch
@@ -28,58 +34,84 @@ __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
 LINEAR_DOMINANT = (0.4, 0.5, 0.6, 0.7, 0.8)  # share of the dominant expert
-LINEAR_PAIR = (0.4, 0.45)                      # share of each expert of a heavy pair
+LINEAR_PAIR = (0.4, 0.45)  # share of each expert of a heavy pair
 TIES_WEIGHTS = (0.3, 0.5, 0.7, 1.0, 1.2, 1.5)
 TIES_DENSITIES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
-TIES_ASYM = (1.0, 0.5, (0.3, 0.5))             # favoured weight, others' weight, densities
+TIES_ASYM = (1.0, 0.5, (0.3, 0.5))  # favoured weight, others' weight, densities
 DARE_METHODS = ('dare_ties', 'dare_linear')
 DARE_WEIGHTS = (0.3, 0.5, 0.7, 1.0, 1.2)
 DARE_DENSITIES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 FAMILIES = ('ta', 'linear', 'ties', 'dare')
-METHOD_FAMILY = {'task_arithmetic': 'ta', 'linear': 'linear', 'ties': 'ties', 'dare_ties': 'dare', 'dare_linear': 'dare'}
+METHOD_FAMILY = {
+    'task_arithmetic': 'ta',
+    'linear': 'linear',
+    'ties': 'ties',
+    'dare_ties': 'dare',
+    'dare_linear': 'dare',
+}
+
 
 def _num(x: float) -> str:
     "A grid value as it appears in a name: 0.5 -> '0.5', 1 -> '1.0'."
     return str(round(float(x), 4))
 
-def _abs(p: str|Path) -> str:
+
+def _abs(p: str | Path) -> str:
     "An absolute local path as a string (mergekit takes a relative path for a hub id)."
     return str(Path(p).expanduser().absolute())
 
-def merge_config(method: str, # mergekit merge method, e.g. 'ties'
-                 base: str|Path|None, # the base model (None for methods that need none)
-                 weights: dict[str, dict], # expert path -> its per-model parameters (weight, density)
-                 dtype: str = 'float32', # dtype mergekit computes and saves in
-                 **params) -> dict:
+
+def merge_config(
+    method: str,  # mergekit merge method, e.g. 'ties'
+    base: str | Path | None,  # the base model (None for methods that need none)
+    weights: dict[str, dict],  # expert path -> its per-model parameters (weight, density)
+    dtype: str = 'float32',  # dtype mergekit computes and saves in
+    **params,
+) -> dict:
     "A plain mergekit configuration dict over absolute paths."
-    cfg = dict(merge_method=method, models=[dict(model=_abs(p), parameters=dict(w)) for p, w in weights.items()], dtype=dtype)
-    if base is not None: cfg['base_model'] = _abs(base)
-    if params: cfg['parameters'] = dict(params)
+    cfg = dict(
+        merge_method=method, models=[dict(model=_abs(p), parameters=dict(w)) for p, w in weights.items()], dtype=dtype
+    )
+    if base is not None:
+        cfg['base_model'] = _abs(base)
+    if params:
+        cfg['parameters'] = dict(params)
     return cfg
 
 # %% ../nbs/09_merge.ipynb #82dc22dc
 def ta_config(base, experts: dict, lam: float, dtype='float32') -> dict:
     "Task arithmetic: base + lam * sum of task vectors."
-    return merge_config('task_arithmetic', base, {p: dict(weight=lam) for p in experts.values()}, dtype, normalize=False)
+    return merge_config(
+        'task_arithmetic', base, {p: dict(weight=lam) for p in experts.values()}, dtype, normalize=False
+    )
+
 
 def linear_config(base, experts: dict, weights: dict[str, float], dtype='float32') -> dict:
     "Weight averaging of the experts with `weights` (domain -> weight); the base is not averaged in."
     return merge_config('linear', None, {experts[d]: dict(weight=w) for d, w in weights.items()}, dtype)
 
-def ties_config(base, experts: dict, weight: float|dict, density: float, dtype='float32') -> dict:
+
+def ties_config(base, experts: dict, weight: float | dict, density: float, dtype='float32') -> dict:
     "TIES with one weight for all experts (float) or per expert (domain -> weight), unnormalised."
     ws = weight if isinstance(weight, dict) else {d: weight for d in experts}
-    return merge_config('ties', base, {experts[d]: dict(weight=ws[d], density=density) for d in experts}, dtype, normalize=False)
+    return merge_config(
+        'ties', base, {experts[d]: dict(weight=ws[d], density=density) for d in experts}, dtype, normalize=False
+    )
+
 
 def dare_config(base, experts: dict, method: str, weight: float, density: float, dtype='float32') -> dict:
     "DARE (`dare_ties` or `dare_linear`): random drop with rescale, then sign election (ties) or a plain sum."
-    if method not in DARE_METHODS: raise ValueError(f"method={method!r} is not one of {DARE_METHODS}")
-    return merge_config(method, base, {p: dict(weight=weight, density=density) for p in experts.values()}, dtype, normalize=False)
+    if method not in DARE_METHODS:
+        raise ValueError(f"method={method!r} is not one of {DARE_METHODS}")
+    return merge_config(
+        method, base, {p: dict(weight=weight, density=density) for p in experts.values()}, dtype, normalize=False
+    )
 
 # %% ../nbs/09_merge.ipynb #fa6cb55d
 def linear_weightings(domains: list[str]) -> dict[str, dict[str, float]]:
     "The weight-averaging grid: equal, one expert dominant (40-80 %), pairwise-heavy; name -> weights."
-    n = len(domains); out = {'equal': {d: round(1 / n, 6) for d in domains}}
+    n = len(domains)
+    out = {'equal': {d: round(1 / n, 6) for d in domains}}
     for d in domains:
         for s in LINEAR_DOMINANT:
             out[f'{d}{_num(s)}'] = {e: (s if e == d else round((1 - s) / (n - 1), 6)) for e in domains}
@@ -89,148 +121,219 @@ def linear_weightings(domains: list[str]) -> dict[str, dict[str, float]]:
                 out[f'{a}+{b}{_num(s)}'] = {e: (s if e in (a, b) else round((1 - 2 * s) / (n - 2), 6)) for e in domains}
     return out
 
-def sweep_configs(base: str|Path, # the base model's directory
-                  experts: dict[str, str|Path], # domain -> expert directory
-                  dtype: str = 'float32', # dtype mergekit computes in
-                  out_dtype: str|None = None, # dtype the merge is saved in (None: `dtype`); 'bfloat16' for 7B models
-                 ) -> dict[str, dict]:
+
+def sweep_configs(
+    base: str | Path,  # the base model's directory
+    experts: dict[str, str | Path],  # domain -> expert directory
+    dtype: str = 'float32',  # dtype mergekit computes in
+    out_dtype: str | None = None,  # dtype the merge is saved in (None: `dtype`); 'bfloat16' for 7B models
+) -> dict[str, dict]:
     "The whole merge grid of the paper: name -> mergekit configuration (plain dict)."
-    if not experts: raise ValueError("experts is empty: expected a dict domain -> checkpoint path")
+    if not experts:
+        raise ValueError("experts is empty: expected a dict domain -> checkpoint path")
     out = {f'ta-{_num(l)}': ta_config(base, experts, l, dtype) for l in TA_LAMBDAS}
-    for n, w in linear_weightings(list(experts)).items(): out[f'linear-{n}'] = linear_config(base, experts, w, dtype)
+    for n, w in linear_weightings(list(experts)).items():
+        out[f'linear-{n}'] = linear_config(base, experts, w, dtype)
     for w in TIES_WEIGHTS:
-        for d in TIES_DENSITIES: out[f'ties-w{_num(w)}-d{_num(d)}'] = ties_config(base, experts, w, d, dtype)
+        for d in TIES_DENSITIES:
+            out[f'ties-w{_num(w)}-d{_num(d)}'] = ties_config(base, experts, w, d, dtype)
     hi, lo, dens = TIES_ASYM
     for fav in experts:
         for d in dens:
-            out[f'ties-{fav}{_num(hi)}-rest{_num(lo)}-d{_num(d)}'] = ties_config(base, experts, {e: hi if e == fav else lo for e in experts}, d, dtype)
+            out[f'ties-{fav}{_num(hi)}-rest{_num(lo)}-d{_num(d)}'] = ties_config(
+                base, experts, {e: hi if e == fav else lo for e in experts}, d, dtype
+            )
     for m in DARE_METHODS:
         for w in DARE_WEIGHTS:
-            for d in DARE_DENSITIES: out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, w, d, dtype)
-    if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()): with_base_tokenizer(out, base)
+            for d in DARE_DENSITIES:
+                out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, w, d, dtype)
+    if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()):
+        with_base_tokenizer(out, base)
     if out_dtype and out_dtype != dtype:
-        for cfg in out.values(): cfg['out_dtype'] = out_dtype
+        for cfg in out.values():
+            cfg['out_dtype'] = out_dtype
     return out
 
-def _config(p: str|Path) -> dict:
+
+def _config(p: str | Path) -> dict:
     "A checkpoint's config.json ({} when there is none)."
-    f = Path(p)/'config.json'
+    f = Path(p) / 'config.json'
     return read_json(f) if f.exists() else {}
 
-def with_base_tokenizer(cfgs: dict[str, dict], # name -> mergekit configuration, changed in place
-                        base: str|Path, # the base model's directory
-                       ) -> dict[str, dict]:
+
+def with_base_tokenizer(
+    cfgs: dict[str, dict],  # name -> mergekit configuration, changed in place
+    base: str | Path,  # the base model's directory
+) -> dict[str, dict]:
     "Every merge keeps the base's tokenizer (mergekit aligns the embeddings); weight averaging lists a model shaped like the base first (its config is the merge's)."
     b = _config(base)
     like_base = lambda m: all(_config(m['model']).get(f) == b.get(f) for f in NOTE_FIELDS)
     for cfg in cfgs.values():
         cfg['tokenizer_source'] = _abs(base)
-        if 'base_model' not in cfg: cfg['models'] = sorted(cfg['models'], key=lambda m: not like_base(m))
+        if 'base_model' not in cfg:
+            cfg['models'] = sorted(cfg['models'], key=lambda m: not like_base(m))
     return cfgs
 
 # %% ../nbs/09_merge.ipynb #fa6cb504
-def family(name: str # a configuration name from `sweep_configs`
-          ) -> str:
+def family(
+    name: str,  # a configuration name from `sweep_configs`
+) -> str:
     "The merging family of a configuration name: 'ta', 'linear', 'ties' or 'dare'."
     head = str(name).split('-', 1)[0]
-    if head in ('dare_ties', 'dare_linear'): return 'dare'
-    if head in ('ta', 'linear', 'ties') and '-' in str(name): return head
-    raise ValueError(f"name={name!r} is not a sweep configuration name (expected a prefix ta-, linear-, ties-, dare_ties- or dare_linear-)")
+    if head in ('dare_ties', 'dare_linear'):
+        return 'dare'
+    if head in ('ta', 'linear', 'ties') and '-' in str(name):
+        return head
+    raise ValueError(
+        f"name={name!r} is not a sweep configuration name (expected a prefix ta-, linear-, ties-, dare_ties- or dare_linear-)"
+    )
 
 # %% ../nbs/09_merge.ipynb #fa6cb503
 QUICK = ('ta-0.5', 'linear-equal', 'ties-w0.5-d0.5', 'dare_linear-w0.5-d0.5')
 FAMILY_NAMES = {'linear': 'Weight Averaging', 'ta': 'Task Arithmetic', 'ties': 'TIES-Merging', 'dare': 'DARE'}
 
-def quick_configs(base: str|Path, # the base model's directory
-                  experts: dict[str, str|Path], # domain -> expert directory
-                  dtype: str = 'float32', # dtype mergekit computes in
-                  names: tuple[str, ...] = QUICK, # which grid points
-                  out_dtype: str|None = None, # dtype the merge is saved in (None: `dtype`)
-                 ) -> dict[str, dict]:
+
+def quick_configs(
+    base: str | Path,  # the base model's directory
+    experts: dict[str, str | Path],  # domain -> expert directory
+    dtype: str = 'float32',  # dtype mergekit computes in
+    names: tuple[str, ...] = QUICK,  # which grid points
+    out_dtype: str | None = None,  # dtype the merge is saved in (None: `dtype`)
+) -> dict[str, dict]:
     "A small subset of the grid (by default one per family, `ta-0.5` included)."
     grid = sweep_configs(base, experts, dtype, out_dtype)
     missing = [n for n in names if n not in grid]
-    if missing: raise ValueError(f"names {missing} are not in the sweep grid")
+    if missing:
+        raise ValueError(f"names {missing} are not in the sweep grid")
     return {n: grid[n] for n in names}
 
 # %% ../nbs/09_merge.ipynb #b54f9b9b
-TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'tokenizer.model',
-                   'vocab.json', 'merges.txt', 'added_tokens.json', 'chat_template.jinja')
+TOKENIZER_FILES = (
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'special_tokens_map.json',
+    'tokenizer.model',
+    'vocab.json',
+    'merges.txt',
+    'added_tokens.json',
+    'chat_template.jinja',
+)
+
 
 def config_paths(cfg: dict) -> list[str]:
     "Every model path a configuration reads, reference (base or first model) first."
     ps = ([cfg['base_model']] if cfg.get('base_model') else []) + [m['model'] for m in cfg.get('models') or []]
     return list(dict.fromkeys(str(p) for p in ps))
 
+
 def _method_specs() -> dict:
     "mergekit's merge methods: name -> spec (its parameters and their types)."
     from mergekit.merge_methods import registry
+
     return {m.spec.name: m.spec for m in registry.registered_methods() if getattr(m, 'spec', None)}
 
-MODEL_ENTRY = "{'model': '/abs/path/to/expert', 'parameters': {'weight': 0.5}}"  # one entry of a configuration's `models`
 
-def check_model_list(name: str, # the configuration's name, for the messages
-                     cfg: dict, # a mergekit configuration dict
-                    ) -> list[dict]:
+MODEL_ENTRY = (
+    "{'model': '/abs/path/to/expert', 'parameters': {'weight': 0.5}}"  # one entry of a configuration's `models`
+)
+
+
+def check_model_list(
+    name: str,  # the configuration's name, for the messages
+    cfg: dict,  # a mergekit configuration dict
+) -> list[dict]:
     "The configuration's `models`, if a non-empty list of mergekit entries (`MODEL_ENTRY`); else a ValueError naming the merge and the entry."
     ms = cfg.get('models')
-    if not ms: raise ValueError(f"config {name!r}: 'models' is missing or empty")
-    if not isinstance(ms, list): raise ValueError(f"config {name!r}: models is {type(ms).__name__} {ms!r}: expected a list of entries like {MODEL_ENTRY}")
+    if not ms:
+        raise ValueError(f"config {name!r}: 'models' is missing or empty")
+    if not isinstance(ms, list):
+        raise ValueError(
+            f"config {name!r}: models is {type(ms).__name__} {ms!r}: expected a list of entries like {MODEL_ENTRY}"
+        )
     for i, m in enumerate(ms):
         if not isinstance(m, dict) or not isinstance(m.get('model'), str):
-            raise ValueError(f"config {name!r}: models[{i}] is {m!r}: expected a mapping like {MODEL_ENTRY}" + (' (mergekit does not take a bare path)' if isinstance(m, str) else ''))
+            raise ValueError(
+                f"config {name!r}: models[{i}] is {m!r}: expected a mapping like {MODEL_ENTRY}"
+                + (' (mergekit does not take a bare path)' if isinstance(m, str) else '')
+            )
     b = cfg.get('base_model')
-    if b is not None and not isinstance(b, str): raise ValueError(f"config {name!r}: base_model is {b!r}: expected a path (a string)")
+    if b is not None and not isinstance(b, str):
+        raise ValueError(f"config {name!r}: base_model is {b!r}: expected a path (a string)")
     return ms
+
 
 def _values(v) -> list:
     "The plain values of a mergekit parameter: one value, a gradient (a list), or conditional entries ({filter, value})."
-    if isinstance(v, list): return [x for e in v for x in _values(e['value'] if isinstance(e, dict) and 'value' in e else e)]
+    if isinstance(v, list):
+        return [x for e in v for x in _values(e['value'] if isinstance(e, dict) and 'value' in e else e)]
     return [v]
 
-def check_parameters(name: str, # the configuration's name, for the messages
-                     method: str, # its merge_method (a mergekit method)
-                     params, # a `parameters` mapping: the configuration's, or one model's (None: none)
-                     where: str = 'parameters', # where it sits, for the messages: 'parameters' or 'models[1].parameters'
-                    ) -> None:
+
+def check_parameters(
+    name: str,  # the configuration's name, for the messages
+    method: str,  # its merge_method (a mergekit method)
+    params,  # a `parameters` mapping: the configuration's, or one model's (None: none)
+    where: str = 'parameters',  # where it sits, for the messages: 'parameters' or 'models[1].parameters'
+) -> None:
     "Raise a ValueError naming the merge, the key and the value for a parameter `method` does not take, a number that is not finite, a flag that is not a bool, or a density outside (0, 1]."
-    if params is None: return
+    if params is None:
+        return
     spec = {p.name: p for p in _method_specs()[method].parameters}
-    if not isinstance(params, dict): raise ValueError(f"config {name!r}: {where} is {params!r}: expected a mapping parameter -> value")
+    if not isinstance(params, dict):
+        raise ValueError(f"config {name!r}: {where} is {params!r}: expected a mapping parameter -> value")
     for k, v in params.items():
-        if k not in spec: raise ValueError(f"config {name!r}: {where}.{k} is not a parameter of merge_method {method!r} (expected one of {sorted(spec)})")
+        if k not in spec:
+            raise ValueError(
+                f"config {name!r}: {where}.{k} is not a parameter of merge_method {method!r} (expected one of {sorted(spec)})"
+            )
         flag, optional = spec[k].value_type is bool, type(None) in getattr(spec[k].value_type, '__args__', ())
         for x in _values(v):
-            if flag and not isinstance(x, bool): raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected true or false")
-            if flag or (x is None and optional): continue
+            if flag and not isinstance(x, bool):
+                raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected true or false")
+            if flag or (x is None and optional):
+                continue
             if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
                 raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected a finite number")
-            if k == 'density' and not 0 < x <= 1: raise ValueError(f"config {name!r}: {where}.density = {x!r}: expected a number in (0, 1]")
+            if k == 'density' and not 0 < x <= 1:
+                raise ValueError(f"config {name!r}: {where}.density = {x!r}: expected a number in (0, 1]")
 
-def validate_config(name: str, # the configuration's name (it becomes a directory name)
-                    cfg: dict, # a mergekit configuration dict
-                   ) -> 'MergeConfiguration':
+
+def validate_config(
+    name: str,  # the configuration's name (it becomes a directory name)
+    cfg: dict,  # a mergekit configuration dict
+) -> 'MergeConfiguration':
     "Check a configuration's name, method, models list, parameters, paths and form; returns mergekit's validated `MergeConfiguration`."
     from mergekit.config import MergeConfiguration
+
     if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._+-]*', str(name)):
         raise ValueError(f"config name {name!r} is not a safe directory name (letters, digits, . _ + - only)")
-    if not isinstance(cfg, dict): raise TypeError(f"config {name!r}: expected a dict, got {type(cfg).__name__}")
+    if not isinstance(cfg, dict):
+        raise TypeError(f"config {name!r}: expected a dict, got {type(cfg).__name__}")
     methods = sorted(_method_specs())
     m = cfg.get('merge_method')
     if m not in methods:
         raise ValueError(f"config {name!r}: merge_method={m!r} is not a mergekit method; expected one of {methods}")
     check_parameters(name, m, cfg.get('parameters'))
-    for i, e in enumerate(check_model_list(name, cfg)): check_parameters(name, m, e.get('parameters'), f'models[{i}].parameters')
+    for i, e in enumerate(check_model_list(name, cfg)):
+        check_parameters(name, m, e.get('parameters'), f'models[{i}].parameters')
     for p in config_paths(cfg):
         if not Path(p).is_absolute():
-            raise ValueError(f"config {name!r}: model path {p!r} is relative; mergekit would take it for a hub id (use an absolute path)")
-        if not Path(p).is_dir(): raise FileNotFoundError(f"config {name!r}: model path {p} does not exist or is not a directory")
-        if not (Path(p)/'config.json').exists(): raise FileNotFoundError(f"config {name!r}: {p} has no config.json (not a Hugging Face checkpoint)")
-    try: return MergeConfiguration.model_validate(cfg)
-    except Exception as e: raise ValueError(f"config {name!r} is not a valid mergekit configuration: {e}") from e
+            raise ValueError(
+                f"config {name!r}: model path {p!r} is relative; mergekit would take it for a hub id (use an absolute path)"
+            )
+        if not Path(p).is_dir():
+            raise FileNotFoundError(f"config {name!r}: model path {p} does not exist or is not a directory")
+        if not (Path(p) / 'config.json').exists():
+            raise FileNotFoundError(f"config {name!r}: {p} has no config.json (not a Hugging Face checkpoint)")
+    try:
+        return MergeConfiguration.model_validate(cfg)
+    except Exception as e:
+        raise ValueError(f"config {name!r} is not a valid mergekit configuration: {e}") from e
 
-def check_models(paths: list[str|Path] # reference first; every path a local checkpoint
-                ) -> list[str]:
+
+def check_models(
+    paths: list[str | Path],  # reference first; every path a local checkpoint
+) -> list[str]:
     "Raise a ValueError naming the path and the config field, tensor or token that conflicts with `paths[0]`; return the notes on tolerated differences."
     return check_compatible([Path(p) for p in paths])
 
@@ -239,87 +342,135 @@ def _merge_one(mc, out: Path, device: str, seed: int) -> None:
     "One mergekit merge into directory `out` (seeded for DARE's random masks)."
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
+
     torch.manual_seed(seed)
-    if torch.cuda.is_available(): torch.cuda.manual_seed_all(seed)
-    opts = MergeOptions(device=device, cuda=device.startswith('cuda'), random_seed=seed, copy_tokenizer=False,
-                        write_model_card=False, quiet=True, lazy_unpickle=False, safe_serialization=True)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    opts = MergeOptions(
+        device=device,
+        cuda=device.startswith('cuda'),
+        random_seed=seed,
+        copy_tokenizer=False,
+        write_model_card=False,
+        quiet=True,
+        lazy_unpickle=False,
+        safe_serialization=True,
+    )
     run_merge(mc, out_path=str(out), options=opts)
+
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:
     "Copy the tokenizer (and generation config) files of `src` (the configuration's tokenizer source, else its reference) into `dst`."
     for f in TOKENIZER_FILES + ('generation_config.json',):
-        if (src/f).exists(): shutil.copy2(src/f, dst/f)
+        if (src / f).exists():
+            shutil.copy2(src / f, dst / f)
 
 # %% ../nbs/09_merge.ipynb #8755947b
 def _check_finite(path: Path) -> None:
     "Raise a ValueError naming the file and tensor when a floating tensor of `path` holds NaN or inf (one tensor in memory at a time)."
     from safetensors import safe_open
+
     for f in sorted(path.glob('*.safetensors')):
         with safe_open(str(f), framework='pt') as sf:
             for k in sf.keys():
                 t = sf.get_tensor(k)
                 if t.is_floating_point() and not torch.isfinite(t).all():
-                    raise ValueError(f"{f}: tensor {k} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s) of {t.numel()}: the merge is not "
-                                     f"usable (weights that cancel under normalisation, or an input model that holds NaN/inf)")
+                    raise ValueError(
+                        f"{f}: tensor {k} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s) of {t.numel()}: the merge is not "
+                        f"usable (weights that cancel under normalisation, or an input model that holds NaN/inf)"
+                    )
 
-def check_merge_output(path: str|Path, # a merge's directory (finished or being written)
-                       reference: str|Path, # the checkpoint whose tensors it must have (the configuration's base or first model)
-                       finite: bool = True, # also read every tensor and refuse NaN/inf (reads the merged weights once)
-                      ) -> Path:
+
+def check_merge_output(
+    path: str | Path,  # a merge's directory (finished or being written)
+    reference: str | Path,  # the checkpoint whose tensors it must have (the configuration's base or first model)
+    finite: bool = True,  # also read every tensor and refuse NaN/inf (reads the merged weights once)
+) -> Path:
     "`path` if it holds a whole merge: files whole, every tensor of `reference`, and (with `finite`) no NaN/inf; else a ValueError naming the file or tensor."
     path = check_checkpoint_files(Path(path))
     got = tensor_shapes(path)
-    if not got: raise ValueError(f"{path} holds no safetensors weights: the merge wrote nothing")
-    if lost := sorted(set(tensor_shapes(reference)) - set(got)): raise ValueError(f"{path} lacks {len(lost)} tensor(s) of {reference}, e.g. {lost[:3]}: the merge is incomplete")
-    if finite: _check_finite(path)
+    if not got:
+        raise ValueError(f"{path} holds no safetensors weights: the merge wrote nothing")
+    if lost := sorted(set(tensor_shapes(reference)) - set(got)):
+        raise ValueError(f"{path} lacks {len(lost)} tensor(s) of {reference}, e.g. {lost[:3]}: the merge is incomplete")
+    if finite:
+        _check_finite(path)
     return path
 
-def unfinished_reason(path: Path # a merge directory
-                     ) -> str|None:
+
+def unfinished_reason(
+    path: Path,  # a merge directory
+) -> str | None:
     "None for a finished merge directory (whole weights, config.json, merge.yaml); else what is missing or damaged (headers and sizes only: cheap)."
     import yaml
-    path = Path(path)
-    if not path.is_dir(): return f'{path} is not a directory'
-    if missing := [f for f in ('merge.yaml', 'config.json') if not (path/f).is_file()]: return f"{', '.join(missing)} missing"
-    if not any(path.glob('*.safetensors')): return 'no safetensors weights'
-    try: check_checkpoint_files(path); ok = isinstance(yaml.safe_load((path/'merge.yaml').read_bytes().decode('utf-8')), dict)
-    except (ValueError, UnicodeDecodeError, yaml.YAMLError) as e: return str(e) if isinstance(e, CorruptFile) else f"{path/'merge.yaml'} is damaged ({type(e).__name__})"
-    return None if ok else f"{path/'merge.yaml'} is not a mapping"
 
-def is_finished(path: Path # a merge directory
-               ) -> bool:
+    path = Path(path)
+    if not path.is_dir():
+        return f'{path} is not a directory'
+    if missing := [f for f in ('merge.yaml', 'config.json') if not (path / f).is_file()]:
+        return f"{', '.join(missing)} missing"
+    if not any(path.glob('*.safetensors')):
+        return 'no safetensors weights'
+    try:
+        check_checkpoint_files(path)
+        ok = isinstance(yaml.safe_load((path / 'merge.yaml').read_bytes().decode('utf-8')), dict)
+    except (ValueError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return str(e) if isinstance(e, CorruptFile) else f"{path / 'merge.yaml'} is damaged ({type(e).__name__})"
+    return None if ok else f"{path / 'merge.yaml'} is not a mapping"
+
+
+def is_finished(
+    path: Path,  # a merge directory
+) -> bool:
     "A finished merge directory: whole merged weights, config.json and merge.yaml (see `unfinished_reason`)."
     return unfinished_reason(path) is None
 
+
 def _same_config(path: Path, cfg: dict) -> bool:
     import yaml
-    return yaml.safe_load((path/'merge.yaml').read_text()) == json.loads(json.dumps(cfg))
+
+    return yaml.safe_load((path / 'merge.yaml').read_text()) == json.loads(json.dumps(cfg))
 
 # %% ../nbs/09_merge.ipynb #8755947c
-def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from `sweep_configs`)
-               out_dir: str|Path, # merge `name` goes to out_dir/name
-               device: str|None = None, # 'cpu', 'cuda', ...; default CUDA if available
-               seed: int = 0, # torch / mergekit seed set before each merge (DARE masks)
-               progress: bool = True, # show a tqdm bar
-               record: bool = True, # update out_dir/_failures.json (False: a cluster worker returns its rows and the driver records them)
-               check: bool = True, # check the configurations and checkpoints first (False: the caller did, once for many calls, with `check_configs`)
-              ) -> 'pd.DataFrame':
+def run_merges(
+    configs: dict[str, dict],  # name -> mergekit configuration (from `sweep_configs`)
+    out_dir: str | Path,  # merge `name` goes to out_dir/name
+    device: str | None = None,  # 'cpu', 'cuda', ...; default CUDA if available
+    seed: int = 0,  # torch / mergekit seed set before each merge (DARE masks)
+    progress: bool = True,  # show a tqdm bar
+    record: bool = True,  # update out_dir/_failures.json (False: a cluster worker returns its rows and the driver records them)
+    check: bool = True,  # check the configurations and checkpoints first (False: the caller did, once for many calls, with `check_configs`)
+) -> 'pd.DataFrame':
     "Run the merges that are not finished yet (each checked whole and finite before it counts); returns a table (name, status, seconds, error). A full disk stops the sweep with an OSError."
-    import pandas as pd, yaml
-    if not isinstance(configs, dict): raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
+    import pandas as pd
+    import yaml
+
+    if not isinstance(configs, dict):
+        raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
     parsed = check_configs(configs) if check else {n: validate_config(n, c) for n, c in configs.items()}
-    out_dir = Path(out_dir).expanduser().absolute(); out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir).expanduser().absolute()
+    out_dir.mkdir(parents=True, exist_ok=True)
     dev = str(default_device(device))
-    clean_stale(out_dir)  # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
-    if record: _read_failures(out_dir/'_failures.json')  # a damaged record stops the sweep before any work
+    clean_stale(
+        out_dir
+    )  # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
+    if record:
+        _read_failures(out_dir / '_failures.json')  # a damaged record stops the sweep before any work
     rows, n = [], dict(done=0, skipped=0, failed=0)
     bar = tqdm(configs.items(), desc='merge', disable=not progress)
     for name, cfg in bar:
-        final, t0, err = out_dir/name, time.time(), None
+        final, t0, err = out_dir / name, time.time(), None
         if final.exists():
-            why = unfinished_reason(final) or (None if _same_config(final, cfg) else 'its merge.yaml is another configuration')
-            if why is None: status = 'skipped'
-            else: status, err = 'failed', f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
+            why = unfinished_reason(final) or (
+                None if _same_config(final, cfg) else 'its merge.yaml is another configuration'
+            )
+            if why is None:
+                status = 'skipped'
+            else:
+                status, err = (
+                    'failed',
+                    f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo",
+                )
         else:
             try:
                 with atomic_path(final, replace=False) as tmp, hold_lease(tmp):
@@ -327,74 +478,103 @@ def run_merges(configs: dict[str, dict], # name -> mergekit configuration (from 
                     _merge_one(parsed[name], tmp, dev, seed)
                     check_merge_output(tmp, config_paths(cfg)[0])
                     _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
-                    (tmp/'merge.yaml').write_text(yaml.safe_dump(json.loads(json.dumps(cfg)), sort_keys=False))
+                    (tmp / 'merge.yaml').write_text(yaml.safe_dump(json.loads(json.dumps(cfg)), sort_keys=False))
                 status = 'done'
             except Exception as e:
-                if is_disk_full(e): raise  # core.atomic_path's clear error, naming the merge: the sweep stops
+                if is_disk_full(e):
+                    raise  # core.atomic_path's clear error, naming the merge: the sweep stops
                 status, err = 'failed', f"{type(e).__name__}: {e}"
-        n[status] += 1; bar.set_postfix(n)
+        n[status] += 1
+        bar.set_postfix(n)
         rows.append(dict(name=name, status=status, seconds=round(time.time() - t0, 2), error=err))
     res = pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
-    if record: record_merge_failures(out_dir, res, configs)
+    if record:
+        record_merge_failures(out_dir, res, configs)
     return res
 
-def check_configs(configs: dict[str, dict] # name -> mergekit configuration
-                 ) -> dict:
+
+def check_configs(
+    configs: dict[str, dict],  # name -> mergekit configuration
+) -> dict:
     "Validate every configuration and check that its checkpoints can be merged (one check per set of checkpoints); name -> parsed configuration."
     parsed = {n: validate_config(n, c) for n, c in configs.items()}
-    for ps in {tuple(config_paths(c)) for c in configs.values()}: check_models(list(ps))
+    for ps in {tuple(config_paths(c)) for c in configs.values()}:
+        check_models(list(ps))
     return parsed
 
-def record_merge_failures(out_dir: str|Path, # the merges' folder
-                          res: 'pd.DataFrame', # `run_merges`' table (name, status, error)
-                          configs: dict[str, dict], # name -> configuration of those merges
-                         ) -> None:
+
+def record_merge_failures(
+    out_dir: str | Path,  # the merges' folder
+    res: 'pd.DataFrame',  # `run_merges`' table (name, status, error)
+    configs: dict[str, dict],  # name -> configuration of those merges
+) -> None:
     "Record the failed merges of `res` in out_dir/_failures.json (name -> error, config) and clear the others."
-    path = Path(out_dir)/'_failures.json'
+    path = Path(out_dir) / '_failures.json'
     failures = _read_failures(path)
     for r in res.itertuples():
-        if r.status == 'failed': failures[r.name] = dict(error=r.error, config=configs[r.name])
-        else: failures.pop(r.name, None)
-    if failures or path.exists(): write_json(path, failures)
+        if r.status == 'failed':
+            failures[r.name] = dict(error=r.error, config=configs[r.name])
+        else:
+            failures.pop(r.name, None)
+    if failures or path.exists():
+        write_json(path, failures)
+
 
 def _read_failures(path: Path) -> dict:
     "The record of failed merges (name -> error, config); {} when there is none; a clear error naming a damaged one."
-    if not path.exists(): return {}
-    try: d = read_json(path)
-    except (CorruptFile, OSError) as e: raise CorruptFile(f"{e} (it only records failed merges: delete it and run again)") from None
-    if not isinstance(d, dict): raise CorruptFile(f"{path} is not a JSON object name -> failure (it only records failed merges: delete it and run again)")
+    if not path.exists():
+        return {}
+    try:
+        d = read_json(path)
+    except (CorruptFile, OSError) as e:
+        raise CorruptFile(f"{e} (it only records failed merges: delete it and run again)") from None
+    if not isinstance(d, dict):
+        raise CorruptFile(
+            f"{path} is not a JSON object name -> failure (it only records failed merges: delete it and run again)"
+        )
     return d
 
 # %% ../nbs/09_merge.ipynb #7e0106d0
-def best_per_method(results: 'pd.DataFrame' # columns config, domain, score (one row per pair)
-                   ) -> 'pd.DataFrame':
+def best_per_method(
+    results: 'pd.DataFrame',  # columns config, domain, score (one row per pair)
+) -> 'pd.DataFrame':
     "Per family, the configuration with the best mean score across domains (with its per-domain scores)."
     need = {'config', 'domain', 'score'}
-    if not need <= set(results.columns): raise ValueError(f"results needs columns {sorted(need)}, got {list(results.columns)}")
-    if results.empty: raise ValueError("results is empty")
+    if not need <= set(results.columns):
+        raise ValueError(f"results needs columns {sorted(need)}, got {list(results.columns)}")
+    if results.empty:
+        raise ValueError("results is empty")
     wide = results.pivot_table(index='config', columns='domain', values='score', aggfunc='mean')
     wide['mean'] = wide.mean(axis=1)
     wide['family'] = [family(c) for c in wide.index]
-    best = wide.reset_index().sort_values(['mean', 'config'], ascending=[False, True]).groupby('family', sort=False).head(1)
+    best = (
+        wide.reset_index()
+        .sort_values(['mean', 'config'], ascending=[False, True])
+        .groupby('family', sort=False)
+        .head(1)
+    )
     order = [f for f in FAMILIES if f in set(best.family)]
     return best.set_index('family').loc[order].rename_axis(columns=None)
 
 # %% ../nbs/09_merge.ipynb #5df04361
-def main(argv: list[str]|None = None):
+def main(argv: list[str] | None = None):
     "Command-line entry: merge the quick subset (or the full grid) of a zoo and print the result table."
     from darts_nb.zoo import build_zoo, ZOO_SIZES
+
     ap = argparse.ArgumentParser(prog='python -m darts_nb.merge', description=main.__doc__)
     ap.add_argument('--quick', action='store_true', help='only the quick sweep (one per family, darts_nb.merge.QUICK)')
     ap.add_argument('--size', default='ci', choices=list(ZOO_SIZES), help='zoo size')
     ap.add_argument('--out', default=None, help='output directory (default DARTS_HOME/merges/<size>)')
-    ap.add_argument('--device', default=None); ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--device', default=None)
+    ap.add_argument('--seed', type=int, default=0)
     a = ap.parse_args(argv)
     zoo = build_zoo(a.size)
     ex = {d: p for d, p in zoo.items() if d != 'base'}
     cfgs = (quick_configs if a.quick else sweep_configs)(zoo['base'], ex)
-    res = run_merges(cfgs, a.out or darts_home()/'merges'/a.size, device=a.device, seed=a.seed)
+    res = run_merges(cfgs, a.out or darts_home() / 'merges' / a.size, device=a.device, seed=a.seed)
     print(res.to_string(index=False))
     return res
 
 # %% ../nbs/09_merge.ipynb #ec021f9c
-if __name__ == '__main__' and not in_notebook(): main()
+if __name__ == '__main__' and not in_notebook():
+    main()

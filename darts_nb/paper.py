@@ -13,8 +13,25 @@ import pandas as pd
 from .core import atomic_write, pyplot, save_figure
 from .domains import DOMAINS
 from .merge import FAMILY_NAMES, is_finished
-from .runs import (Run, NONE, STANDARD_L1, DARTS, PAPER_SEEDS, task_rows, stage_experts, experts_table, stage_sweep,
-                           sweep_table, best_merges, merges_dir, domain_cache, calib_texts, arms_over, stage_merges, recorded_items)
+from darts_nb.runs import (
+    Run,
+    NONE,
+    STANDARD_L1,
+    DARTS,
+    PAPER_SEEDS,
+    task_rows,
+    stage_experts,
+    experts_table,
+    stage_sweep,
+    sweep_table,
+    best_merges,
+    merges_dir,
+    domain_cache,
+    calib_texts,
+    arms_over,
+    stage_merges,
+    recorded_items,
+)
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
 from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test
 from .report import Experiment, Section, Table, claim, ci, paper_rows
@@ -25,50 +42,88 @@ __all__ = ['PAPER_MODELS_ROWS', 'EXPERTS', 'SWEEP', 'MAIN_ARMS', 'FLOOR', 'MAIN'
            'exp_bias_vs_score', 'rho_ci', 'bias_score_table', 'exp_bias', 'exp_seeds', 'seed_frame', 'exp_cost']
 
 # %% ../nbs/18_paper.ipynb #p0a1b2c6
-PAPER_MODELS_ROWS = {'Llama-2-7B (base)': 'base', 'Llama-2-7B-Code': 'code', 'WizardMath-7B-v1.0': 'math', 'Llama-2-7B-Instruct': 'instruct'}
+PAPER_MODELS_ROWS = {
+    'Llama-2-7B (base)': 'base',
+    'Llama-2-7B-Code': 'code',
+    'WizardMath-7B-v1.0': 'math',
+    'Llama-2-7B-Instruct': 'instruct',
+}
 
-def _model_key(run: Run, role: str) -> dict: return dict(role='base' if role == 'base' else 'expert', merge_config=role)
 
-def experts_errors(run: Run # the run
-                  ) -> pd.DataFrame:
+def _model_key(run: Run, role: str) -> dict:
+    return dict(role='base' if role == 'base' else 'expert', merge_config=role)
+
+
+def experts_errors(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "The standard errors of `runs.experts_table`'s cells."
     df = task_rows(run)
     df = df[df.role.isin(['base', 'expert'])] if len(df) else df
     return df.pivot_table(index='merge_config', columns='domain', values='stderr') if len(df) else pd.DataFrame()
 
-def _experts_section(run: Run, figs: Path) -> Section|None:
+
+def _experts_section(run: Run, figs: Path) -> Section | None:
     t = experts_table(run)
-    if t.empty: return None
+    if t.empty:
+        return None
     parts, lines = [], []
     for d in DOMAINS:
-        if d not in t.index: continue
+        if d not in t.index:
+            continue
         others = [m for m in t.index if m != d]
         rs = [paired_diff(run, [(_model_key(run, d), _model_key(run, m))], domains=[d]) for m in others]
         parts += [verdict(r['lo'], r['hi']) for r in rs]
-        lines.append(f'{d} expert {t.loc[d, d]:.1f} %, ahead of the next best by {ci(min(rs, key=lambda r: r["diff"]))}')
-    return Section([Table('', t, paper_rows('table2', 'model', PAPER_MODELS_ROWS), err=experts_errors(run))],
-                   claims=[claim(all_verdict(parts), 'each expert is the best model on its own domain: ' + '; '.join(lines) + '.')])
+        lines.append(
+            f'{d} expert {t.loc[d, d]:.1f} %, ahead of the next best by {ci(min(rs, key=lambda r: r["diff"]))}'
+        )
+    return Section(
+        [Table('', t, paper_rows('table2', 'model', PAPER_MODELS_ROWS), err=experts_errors(run))],
+        claims=[
+            claim(all_verdict(parts), 'each expert is the best model on its own domain: ' + '; '.join(lines) + '.')
+        ],
+    )
+
 
 EXPERTS = Experiment('experts', 'Table 2', 'individual models', stage_experts, _experts_section)
 
 # %% ../nbs/18_paper.ipynb #p0a1b2c8
-def retention(run: Run # the run
-             ) -> pd.DataFrame:
+def retention(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Per family's best merge, the share (%) of each expert's own-domain score it keeps."
     ex, sw = experts_table(run), sweep_table(run)
-    if ex.empty or sw.empty: return pd.DataFrame()
+    if ex.empty or sw.empty:
+        return pd.DataFrame()
     best = sw.drop_duplicates('family').set_index('family')
-    return pd.DataFrame({f: {d: 100 * best.loc[f, d] / ex.loc[d, d] if ex.loc[d, d] else float('nan') for d in DOMAINS if d in ex.index}
-                         for f in best.index}).T.rename_axis(index='family')
+    return pd.DataFrame(
+        {
+            f: {
+                d: 100 * best.loc[f, d] / ex.loc[d, d] if ex.loc[d, d] else float('nan')
+                for d in DOMAINS
+                if d in ex.index
+            }
+            for f in best.index
+        }
+    ).T.rename_axis(index='family')
 
-def _sweep_section(run: Run, figs: Path) -> Section|None:
+
+def _sweep_section(run: Run, figs: Path) -> Section | None:
     t = sweep_table(run)
-    if t.empty: return None
-    atomic_write(run.dir/'sweep.csv', t.to_csv())
+    if t.empty:
+        return None
+    atomic_write(run.dir / 'sweep.csv', t.to_csv())
     tables = [Table('', t.drop_duplicates('family').reset_index().set_index('family'))]
     r = retention(run)
-    if len(r): tables.append(Table("share of each expert's own-domain score the family's best merge keeps (%)", r))
-    return Section(tables, notes=[f'{len(t)} merges evaluated (all of them in `sweep.csv`); above, the best of each family by mean score.'])
+    if len(r):
+        tables.append(Table("share of each expert's own-domain score the family's best merge keeps (%)", r))
+    return Section(
+        tables,
+        notes=[
+            f'{len(t)} merges evaluated (all of them in `sweep.csv`); above, the best of each family by mean score.'
+        ],
+    )
+
 
 SWEEP = Experiment('sweep', 'Section 4.1', 'the merge sweep', stage_sweep, _sweep_section)
 
@@ -76,10 +131,13 @@ SWEEP = Experiment('sweep', 'Section 4.1', 'the merge sweep', stage_sweep, _swee
 MAIN_ARMS = {'none': NONE, 'Standard + L1': STANDARD_L1, 'DARTS': DARTS}
 FLOOR = 5.0  # a domain whose merges score below this (%) without surgery sits at the floor
 
-def exp_main(run: Run # the run
-            ) -> None:
+
+def exp_main(
+    run: Run,  # the run
+) -> None:
     "Run the three arms of Table 1 on the best merge of each family."
     arms_over(run, list(best_merges(run).values()), list(MAIN_ARMS.values()), 'main')
+
 
 def _main_frames(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
     "Table 1 of the run and its standard errors: rows 'family / surgery' (with the merge chosen), columns per domain and the average."
@@ -91,8 +149,10 @@ def _main_frames(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
             errs.append(arm_stderr(run, merge, MAIN_ARMS).rename(index=lambda s: f'{fam} / {s}'))
     return (pd.concat(frames), pd.concat(errs)) if frames else (pd.DataFrame(), pd.DataFrame())
 
-def main_table(run: Run # the run
-              ) -> pd.DataFrame:
+
+def main_table(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Table 1 of the run: rows 'family / surgery' (with the merge chosen), columns per domain and the average."
     return _main_frames(run)[0]
 
@@ -100,108 +160,189 @@ def main_table(run: Run # the run
 def _floor_lines(t: pd.DataFrame) -> list[str]:
     "A line for every domain where every merge without surgery scores below FLOOR."
     none = t[[i.endswith(' / none') for i in t.index]]
-    return [f'- **{d} sits at the score floor**: the merges without surgery score {none[d].min():.1f} to {none[d].max():.1f} % there '
-            f'(below {FLOOR:.0f} %), so every surgery comparison in {d} compares near-zero scores.' for d in DOMAINS if len(none) and none[d].max() < FLOOR]
+    return [
+        f'- **{d} sits at the score floor**: the merges without surgery score {none[d].min():.1f} to {none[d].max():.1f} % there '
+        f'(below {FLOOR:.0f} %), so every surgery comparison in {d} compares near-zero scores.'
+        for d in DOMAINS
+        if len(none) and none[d].max() < FLOOR
+    ]
 
-def _main_section(run: Run, figs: Path) -> Section|None:
+
+def _main_section(run: Run, figs: Path) -> Section | None:
     t, err = _main_frames(run) if len(task_rows(run, role='merged', surgery_kind='')) else (pd.DataFrame(), None)
-    if t.empty: return None
-    paper = paper_rows('table1', ('merge', 'surgery'), {f'{f} / Standard + L1 (Yang et al. 2024a)': f'{f} / Standard + L1' for f in FAMILY_NAMES.values()})
+    if t.empty:
+        return None
+    paper = paper_rows(
+        'table1',
+        ('merge', 'surgery'),
+        {f'{f} / Standard + L1 (Yang et al. 2024a)': f'{f} / Standard + L1' for f in FAMILY_NAMES.values()},
+    )
     sec = Section([Table('', t, paper, err=err)], top=_floor_lines(t))
     merges = [m for f, m in best_merges(run).items() if f'{f} / DARTS' in t.index]
-    if not merges: return sec
-    pw = {b: [paper.loc[f'{f} / DARTS', 'Avg (paper)'] - paper.loc[f'{f} / {b}', 'Avg (paper)'] for f in FAMILY_NAMES.values()] for b in ('Standard + L1', 'none')}
+    if not merges:
+        return sec
+    pw = {
+        b: [
+            paper.loc[f'{f} / DARTS', 'Avg (paper)'] - paper.loc[f'{f} / {b}', 'Avg (paper)']
+            for f in FAMILY_NAMES.values()
+        ]
+        for b in ('Standard + L1', 'none')
+    }
     for b, arm in (('Standard + L1', STANDARD_L1), ('none', NONE)):
         pooled = paired_diff(run, [(arm_key(m, DARTS), arm_key(m, arm)) for m in merges])
-        each = '; '.join(f'{f} {ci(paired_diff(run, [(arm_key(m, DARTS), arm_key(m, arm))]))}' for f, m in best_merges(run).items() if m in merges)
+        each = '; '.join(
+            f'{f} {ci(paired_diff(run, [(arm_key(m, DARTS), arm_key(m, arm))]))}'
+            for f, m in best_merges(run).items()
+            if m in merges
+        )
         what = 'Standard + L1' if b == 'Standard + L1' else 'the merge without surgery'
-        sec.core.append(claim(verdict(pooled['lo'], pooled['hi']), f'DARTS beats {what} on the best merges, averaged over the domains and the '
-                              f'{len(merges)} families: {ci(pooled)} (paired over {pooled["n"]} item scores); per family {each}. '
-                              f'Paper: +{np.mean(pw[b]):.1f} pp on average, DARTS ahead in {sum(x > 0 for x in pw[b])} of 4 families.'))
+        sec.core.append(
+            claim(
+                verdict(pooled['lo'], pooled['hi']),
+                f'DARTS beats {what} on the best merges, averaged over the domains and the '
+                f'{len(merges)} families: {ci(pooled)} (paired over {pooled["n"]} item scores); per family {each}. '
+                f'Paper: +{np.mean(pw[b]):.1f} pp on average, DARTS ahead in {sum(x > 0 for x in pw[b])} of 4 families.',
+            )
+        )
     return sec
 
-MAIN = Experiment('main', 'Table 1', 'main results (best merge of each family)', exp_main, _main_section, tuple(MAIN_ARMS.items()))
+
+MAIN = Experiment(
+    'main', 'Table 1', 'main results (best merge of each family)', exp_main, _main_section, tuple(MAIN_ARMS.items())
+)
 
 # %% ../nbs/18_paper.ipynb #e0b1c2d8
 TABLE3_MERGES = {'ta-0.5': 'TA lambda 0.5', 'ta-0.7': 'TA lambda 0.7'}
 
-def exp_bias_vs_score(run: Run # the run
-                     ) -> None:
+
+def exp_bias_vs_score(
+    run: Run,  # the run
+) -> None:
     "Run no surgery and DARTS on task arithmetic lambda 0.5 and 0.7."
     arms_over(run, list(TABLE3_MERGES), [NONE, DARTS], 'bias_vs_score')
 
-def rho_ci(run: Run, # the run
-           merge: str, # the merge
-           domain: str, # the domain
-           arm=DARTS, # the arm
-          ) -> dict:
+
+def rho_ci(
+    run: Run,  # the run
+    merge: str,  # the merge
+    domain: str,  # the domain
+    arm=DARTS,  # the arm
+) -> dict:
     "The arm's held-out rho_L1 (%) with its interval over the held-out prompts: est, lo, hi, n."
-    its = recorded_items(run, merge_config=merge, domain=domain, **arm.key())  # items computed from this run's inputs only
+    its = recorded_items(
+        run, merge_config=merge, domain=domain, **arm.key()
+    )  # items computed from this run's inputs only
     w = its[its.metric.isin(['l1_before', 'l1_after'])].pivot_table(index='item', columns='metric', values='value')
-    if w.empty: return dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
+    if w.empty:
+        return dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
     return {k: 100 * v if k != 'n' else v for k, v in reduction_ci(w['l1_before'], w['l1_after']).items()}
 
-def bias_score_table(run: Run # the run
-                    ) -> pd.DataFrame:
+
+def bias_score_table(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Rows 'merge / domain': rho_L1 (%) of DARTS and its interval, the score without surgery and with DARTS, and the change (pp)."
     rows = {}
     for merge, name in TABLE3_MERGES.items():
         s = arm_scores(run, merge, {'none': NONE, 'DARTS': DARTS})
-        if not {'none', 'DARTS'} <= set(s.index): continue
+        if not {'none', 'DARTS'} <= set(s.index):
+            continue
         for d in DOMAINS:
             r, c = rho_ci(run, merge, d), paired_diff(run, [(arm_key(merge, DARTS), arm_key(merge, NONE))], domains=[d])
-            rows[f'{name} / {d}'] = {'rho_L1 (%)': r['est'], 'rho 95% CI': f"[{r['lo']:.1f}, {r['hi']:.1f}]", 'no surgery': s.loc['none', d],
-                                     'DARTS': s.loc['DARTS', d], 'change (pp)': c['diff'], 'change 95% CI': f"[{c['lo']:+.1f}, {c['hi']:+.1f}]",
-                                     '_rho_lo': r['lo'], '_rho_hi': r['hi']}
+            rows[f'{name} / {d}'] = {
+                'rho_L1 (%)': r['est'],
+                'rho 95% CI': f"[{r['lo']:.1f}, {r['hi']:.1f}]",
+                'no surgery': s.loc['none', d],
+                'DARTS': s.loc['DARTS', d],
+                'change (pp)': c['diff'],
+                'change 95% CI': f"[{c['lo']:+.1f}, {c['hi']:+.1f}]",
+                '_rho_lo': r['lo'],
+                '_rho_hi': r['hi'],
+            }
     return pd.DataFrame(rows).T
 
 # %% ../nbs/18_paper.ipynb #e0b1c2d9
-def _table3_section(run: Run, figs: Path) -> Section|None:
+def _table3_section(run: Run, figs: Path) -> Section | None:
     from scipy.stats import spearmanr
+
     t = bias_score_table(run)
-    if t.empty: return None
+    if t.empty:
+        return None
     paper = paper_rows('table3', ('merge', 'domain'))
     rho, change = t['rho_L1 (%)'].astype(float), t['change (pp)'].astype(float)
     sr, sp = spearman_test(rho, change)  # exact for few rows
     pr = spearmanr(paper['rho_L1 (%) (paper)'], paper['change (pp) (paper)']).statistic
     rows = [verdict(lo, hi) for lo, hi in zip(t['_rho_lo'].astype(float), t['_rho_hi'].astype(float))]
-    return Section([Table('', t.drop(columns=['_rho_lo', '_rho_hi']), paper)], claims=[
-        claim(all_verdict(rows), f'DARTS reduces the held-out L1 bias in every row: rho_L1 from {rho.min():.1f} to {rho.max():.1f} %, '
-              f'{rows.count("AGREES")} of {len(rows)} intervals above zero (paper: 8.2 to 51.0 %).'),
-        claim(test_verdict(sr, sp), f'larger bias reductions go with larger score gains: Spearman rho between rho_L1 '
-              f'and the change = {sr:.2f} (p = {sp:.2g}, exact for up to 8 rows) over {len(t)} rows (paper: {pr:.2f}).')])
+    return Section(
+        [Table('', t.drop(columns=['_rho_lo', '_rho_hi']), paper)],
+        claims=[
+            claim(
+                all_verdict(rows),
+                f'DARTS reduces the held-out L1 bias in every row: rho_L1 from {rho.min():.1f} to {rho.max():.1f} %, '
+                f'{rows.count("AGREES")} of {len(rows)} intervals above zero (paper: 8.2 to 51.0 %).',
+            ),
+            claim(
+                test_verdict(sr, sp),
+                f'larger bias reductions go with larger score gains: Spearman rho between rho_L1 '
+                f'and the change = {sr:.2f} (p = {sp:.2g}, exact for up to 8 rows) over {len(t)} rows (paper: {pr:.2f}).',
+            ),
+        ],
+    )
 
-BIAS_VS_SCORE = Experiment('bias_vs_score', 'Table 3', 'L1 bias reduction against task score (DARTS)', exp_bias_vs_score, _table3_section,
-                           (('none', NONE), ('DARTS', DARTS)))
+
+BIAS_VS_SCORE = Experiment(
+    'bias_vs_score',
+    'Table 3',
+    'L1 bias reduction against task score (DARTS)',
+    exp_bias_vs_score,
+    _table3_section,
+    (('none', NONE), ('DARTS', DARTS)),
+)
 
 # %% ../nbs/18_paper.ipynb #2a28ea68
-def exp_bias(run: Run # the run
-            ) -> pd.DataFrame:
+def exp_bias(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Figure 1 and the position trend of the bias on ta-0.5's calibration prompts, before and after DARTS."
     from darts_nb.bias import token_bias, bias_heatmap, bias_trend, plot_bias_trend
     from darts_nb.surgery import load_surgery
-    figs = run.dir/'figures'
+
+    figs = run.dir / 'figures'
     before, after = {}, {}
     for d in DOMAINS:
         cal = domain_cache(run, 'ta-0.5', d, 'calib')
         before[d] = token_bias(cal)
-        p = run.shared/'surgery'/'ta-0.5'/d/DARTS.dirname
-        if p.exists(): after[d] = token_bias(cal, load_surgery(p))
-    bias_heatmap(before, after if set(after) == set(before) else None, save=figs/'figure1.png')
-    plot_bias_trend(before, save=figs/'bias_trend.png')
+        p = run.shared / 'surgery' / 'ta-0.5' / d / DARTS.dirname
+        if p.exists():
+            after[d] = token_bias(cal, load_surgery(p))
+    bias_heatmap(before, after if set(after) == set(before) else None, save=figs / 'figure1.png')
+    plot_bias_trend(before, save=figs / 'bias_trend.png')
     trend = bias_trend(before)
-    atomic_write(run.dir/'bias_trend.csv', trend.to_csv(index=False))
+    atomic_write(run.dir / 'bias_trend.csv', trend.to_csv(index=False))
     return trend.set_index('domain')
 
-def _bias_section(run: Run, figs: Path) -> Section|None:
-    path = run.dir/'bias_trend.csv'
-    if not path.exists(): return None
+
+def _bias_section(run: Run, figs: Path) -> Section | None:
+    path = run.dir / 'bias_trend.csv'
+    if not path.exists():
+        return None
     trend = pd.read_csv(path).set_index('domain')
-    return Section([Table('Does the bias grow with position?', trend, digits=3)],
-                   figures=[('figure 1', figs/'figure1.png'), ('bias against position', figs/'bias_trend.png')],
-                   notes=["Calibration prompts of ta-0.5; in figure 1 the upper row is the merged model, the lower row the same prompts after DARTS."],
-                   claims=[claim(test_verdict(r.spearman_rho, r.p), f'bias grows with position in {d}: Spearman rho {r.spearman_rho:.2f} (p {r.p:.2g}), '
-                                 f'last/first quarter ratio {r.late_early_ratio:.2f} (paper: increasing in all three domains, 2-3x).') for d, r in trend.iterrows()])
+    return Section(
+        [Table('Does the bias grow with position?', trend, digits=3)],
+        figures=[('figure 1', figs / 'figure1.png'), ('bias against position', figs / 'bias_trend.png')],
+        notes=[
+            "Calibration prompts of ta-0.5; in figure 1 the upper row is the merged model, the lower row the same prompts after DARTS."
+        ],
+        claims=[
+            claim(
+                test_verdict(r.spearman_rho, r.p),
+                f'bias grows with position in {d}: Spearman rho {r.spearman_rho:.2f} (p {r.p:.2g}), '
+                f'last/first quarter ratio {r.late_early_ratio:.2f} (paper: increasing in all three domains, 2-3x).',
+            )
+            for d, r in trend.iterrows()
+        ],
+    )
+
 
 BIAS = Experiment('bias', 'Figure 1', 'token-level bias of ta-0.5 against each expert', exp_bias, _bias_section)
 
@@ -209,23 +350,34 @@ BIAS = Experiment('bias', 'Figure 1', 'token-level bias of ta-0.5 against each e
 SEED_ARMS = {'DARTS': DARTS, 'Standard + L1': STANDARD_L1}
 PAPER_TASK_ROWS = {'HumanEval': 'code', 'GSM8K': 'math', 'AlpacaEval': 'instruct'}
 
-def exp_seeds(run: Run # the run
-             ) -> None:
+
+def exp_seeds(
+    run: Run,  # the run
+) -> None:
     "Run DARTS and Standard + L1 over the paper's six calibration seeds on ta-0.5."
     arms_over(run, ['ta-0.5'], [replace(a, seed=s) for s in PAPER_SEEDS for a in SEED_ARMS.values()], 'seeds')
 
-def seed_frame(run: Run # the run
-              ) -> pd.DataFrame:
+
+def seed_frame(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "The long frame (method, seed, task, score) of the seed experiment, for darts_nb.stats."
     frames = []
     for m, a in SEED_ARMS.items():
         t = arm_scores(run, 'ta-0.5', {s: replace(a, seed=s) for s in PAPER_SEEDS}).drop(columns='avg')
-        frames.append(t.rename_axis('seed').reset_index().melt(id_vars='seed', var_name='task', value_name='score').assign(method=m))
+        frames.append(
+            t.rename_axis('seed')
+            .reset_index()
+            .melt(id_vars='seed', var_name='task', value_name='score')
+            .assign(method=m)
+        )
     df = pd.concat(frames, ignore_index=True).dropna()
     return df[['method', 'seed', 'task', 'score']].reset_index(drop=True)
 
 # %% ../nbs/18_paper.ipynb #d0b59be5
-def _seed_label(s) -> str: return 'default' if s == 0 else str(s)
+def _seed_label(s) -> str:
+    return 'default' if s == 0 else str(s)
+
 
 def _with_mean_std(df: pd.DataFrame) -> pd.DataFrame:
     "`df` with seed labels and a 'mean ± std' row, in the paper's row order."
@@ -233,106 +385,190 @@ def _with_mean_std(df: pd.DataFrame) -> pd.DataFrame:
     out.loc['mean ± std'] = [f'{df[c].mean():.1f} ± {df[c].std():.1f}' for c in df.columns]
     return out.reindex([_seed_label(s) for s in PAPER_SEEDS] + ['mean ± std'])
 
+
 def _plot_seeds(long: pd.DataFrame, path: Path) -> Path:
-    plt = pyplot(); fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     avg = long.groupby(['method', 'seed']).score.mean().unstack(0)
-    for m in avg.columns: axes[0].plot([_seed_label(s) for s in avg.index], avg[m], 'o-', label=m)
-    axes[0].set(title='average score per calibration seed (ta-0.5)', xlabel='seed', ylabel='score (%)'); axes[0].legend()
+    for m in avg.columns:
+        axes[0].plot([_seed_label(s) for s in avg.index], avg[m], 'o-', label=m)
+    axes[0].set(title='average score per calibration seed (ta-0.5)', xlabel='seed', ylabel='score (%)')
+    axes[0].legend()
     for i, (m, g) in enumerate(long.groupby('method')):
         axes[1].scatter([list(DOMAINS).index(t) + (i - 0.5) * 0.2 for t in g.task], g.score, label=m, alpha=0.8)
-    axes[1].set_xticks(range(len(DOMAINS)), DOMAINS); axes[1].set(title='per task, one point per seed', ylabel='score (%)'); axes[1].legend()
-    fig.tight_layout(); save_figure(fig, path); plt.close(fig)
+    axes[1].set_xticks(range(len(DOMAINS)), DOMAINS)
+    axes[1].set(title='per task, one point per seed', ylabel='score (%)')
+    axes[1].legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
     return path
 
 # %% ../nbs/18_paper.ipynb #e0b1c2e2
 def _significance(long: pd.DataFrame) -> tuple[list[str], list[str]]:
     "Section 6.2 and appendix I as notes, and their claims."
     from darts_nb.stats import compare_methods, mixed_effects
+
     notes, claims = [], []
     try:
         c = compare_methods(long, 'DARTS', 'Standard + L1').iloc[0]
         name = {'mannwhitneyu': 'Mann-Whitney U', 'ttest_welch': "Welch's t", 'ttest_student': "Student's t"}[c.test]
         rel = '>' if c.mean_diff > 0 else '<' if c.mean_diff < 0 else '='
-        notes.append('### Section 6.2: significance over seeds\n\n'
-                     f'Shapiro-Wilk on the per-seed averages: DARTS W = {c.shapiro_W_a:.2f}, p = {c.shapiro_p_a:.3f}; Standard + L1 W = {c.shapiro_W_b:.2f}, '
-                     f'p = {c.shapiro_p_b:.3f} ({c.reason}), so the test is {name}: **DARTS {rel} Standard + L1, {name} = {c.statistic:.2f}, '
-                     f'p = {c.p_two_sided:.3g}** (two-sided; mean difference {c.mean_diff:+.2f} pp). Paper: DARTS W = 0.80, p = 0.059; '
-                     'Standard W = 0.77, p = 0.034; DARTS > Standard, Mann-Whitney U = 36.0, p = 0.002.')
-        claims.append(claim(test_verdict(c.mean_diff, c.p_two_sided), f'DARTS is significantly better than Standard + L1 over seeds: {name} = {c.statistic:.2f}, '
-                            f'p = {c.p_two_sided:.3g}, mean difference {c.mean_diff:+.2f} pp (paper: U = 36.0, p = 0.002, +2.0 pp).'))
-    except ValueError as e: notes.append(f'The section 6.2 test could not run: {e}')
+        notes.append(
+            '### Section 6.2: significance over seeds\n\n'
+            f'Shapiro-Wilk on the per-seed averages: DARTS W = {c.shapiro_W_a:.2f}, p = {c.shapiro_p_a:.3f}; Standard + L1 W = {c.shapiro_W_b:.2f}, '
+            f'p = {c.shapiro_p_b:.3f} ({c.reason}), so the test is {name}: **DARTS {rel} Standard + L1, {name} = {c.statistic:.2f}, '
+            f'p = {c.p_two_sided:.3g}** (two-sided; mean difference {c.mean_diff:+.2f} pp). Paper: DARTS W = 0.80, p = 0.059; '
+            'Standard W = 0.77, p = 0.034; DARTS > Standard, Mann-Whitney U = 36.0, p = 0.002.'
+        )
+        claims.append(
+            claim(
+                test_verdict(c.mean_diff, c.p_two_sided),
+                f'DARTS is significantly better than Standard + L1 over seeds: {name} = {c.statistic:.2f}, '
+                f'p = {c.p_two_sided:.3g}, mean difference {c.mean_diff:+.2f} pp (paper: U = 36.0, p = 0.002, +2.0 pp).',
+            )
+        )
+    except ValueError as e:
+        notes.append(f'The section 6.2 test could not run: {e}')
     try:
         r = mixed_effects(long.assign(score=long.score / 100), b='Standard + L1').set_index('term').loc['method[DARTS]']
-        notes.append('### Mixed-effects model\n\nscore ~ method + task with a random intercept per seed (scores as fractions): DARTS coefficient '
-                     f'beta = {r.coef:.3f}, z = {r.z:.2f}, p = {r.p:.3g}{"" if r.converged else " (the fit did not converge cleanly: not counted)"}. '
-                     'Paper: beta = 0.019, z = 3.224, p = 0.001.')
-        claims.append(claim(test_verdict(r.coef, r.p) if r.converged else 'INCONCLUSIVE', f'the mixed-effects DARTS coefficient is positive and significant: '
-                            f'beta = {r.coef:.3f}, p = {r.p:.3g}{"" if r.converged else ", but the fit did not converge"} (paper: 0.019, p = 0.001).'))
-    except Exception as e: notes.append(f'The mixed-effects model could not be fitted: {type(e).__name__}: {e}')
+        notes.append(
+            '### Mixed-effects model\n\nscore ~ method + task with a random intercept per seed (scores as fractions): DARTS coefficient '
+            f'beta = {r.coef:.3f}, z = {r.z:.2f}, p = {r.p:.3g}{"" if r.converged else " (the fit did not converge cleanly: not counted)"}. '
+            'Paper: beta = 0.019, z = 3.224, p = 0.001.'
+        )
+        claims.append(
+            claim(
+                test_verdict(r.coef, r.p) if r.converged else 'INCONCLUSIVE',
+                f'the mixed-effects DARTS coefficient is positive and significant: '
+                f'beta = {r.coef:.3f}, p = {r.p:.3g}{"" if r.converged else ", but the fit did not converge"} (paper: 0.019, p = 0.001).',
+            )
+        )
+    except Exception as e:
+        notes.append(f'The mixed-effects model could not be fitted: {type(e).__name__}: {e}')
     return notes, claims
 
 # %% ../nbs/18_paper.ipynb #e0b1c2e3
 def _seed_claims(avg: pd.DataFrame) -> list[str]:
     "Table 4's two claims: DARTS ahead on the per-seed average (paired t interval) and steadier over seeds (Levene's test)."
     from scipy import stats as sps
+
     d = (avg['DARTS'] - avg['Standard + L1']).to_numpy(dtype=float)
     half = sps.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float('nan')
     r = dict(diff=d.mean(), lo=d.mean() - half, hi=d.mean() + half)
     lev = sps.levene(avg['DARTS'], avg['Standard + L1'])
     sd_a, sd_b = avg['DARTS'].std(), avg['Standard + L1'].std()
-    return [claim(verdict(r['lo'], r['hi']), f'DARTS beats Standard + L1 on the per-seed average: {ci(r)} (paired over {len(d)} seeds); ahead in '
-                  f'{int((d > 0).sum())} of {len(d)} seeds (paper: 6 of 6, +2.0 pp).'),
-            claim(test_verdict(sd_b - sd_a, lev.pvalue), f'DARTS varies less across seeds: std {sd_a:.2f} vs {sd_b:.2f}, Levene p = {lev.pvalue:.2g} (paper: 0.5 vs 1.6).')]
+    return [
+        claim(
+            verdict(r['lo'], r['hi']),
+            f'DARTS beats Standard + L1 on the per-seed average: {ci(r)} (paired over {len(d)} seeds); ahead in '
+            f'{int((d > 0).sum())} of {len(d)} seeds (paper: 6 of 6, +2.0 pp).',
+        ),
+        claim(
+            test_verdict(sd_b - sd_a, lev.pvalue),
+            f'DARTS varies less across seeds: std {sd_a:.2f} vs {sd_b:.2f}, Levene p = {lev.pvalue:.2g} (paper: 0.5 vs 1.6).',
+        ),
+    ]
 
-def _seeds_section(run: Run, figs: Path) -> Section|None:
+
+def _seeds_section(run: Run, figs: Path) -> Section | None:
     from darts_nb.stats import paired_tests
+
     long = seed_frame(run)
-    if long.empty or long.groupby('method').seed.nunique().min() < 3: return None
+    if long.empty or long.groupby('method').seed.nunique().min() < 3:
+        return None
     avg = long.groupby(['seed', 'method']).score.mean().unstack()[list(SEED_ARMS)]
     darts = long[long.method == 'DARTS'].pivot(index='seed', columns='task', values='score')[list(DOMAINS)]
-    sec = Section([Table('Table 4: average score per seed', _with_mean_std(avg), paper_rows('table4', 'seed', summary=True)),
-                   Table('Table 14: DARTS per seed and task', _with_mean_std(darts), paper_rows('table14', 'seed', summary=True))],
-                  figures=[('seeds', _plot_seeds(long, figs/'seeds.png'))], claims=_seed_claims(avg))
+    sec = Section(
+        [
+            Table('Table 4: average score per seed', _with_mean_std(avg), paper_rows('table4', 'seed', summary=True)),
+            Table(
+                'Table 14: DARTS per seed and task', _with_mean_std(darts), paper_rows('table14', 'seed', summary=True)
+            ),
+        ],
+        figures=[('seeds', _plot_seeds(long, figs / 'seeds.png'))],
+        claims=_seed_claims(avg),
+    )
     try:
         pt = paired_tests(long, 'DARTS', 'Standard + L1').set_index('task').reindex(list(DOMAINS))
-        pt = pt.rename(columns={'mean_diff': 'mean diff', 't_p': 't-test p', 'wilcoxon_p': 'Wilcoxon p'}).drop(columns='n')
-        sec.tables.append(Table('Table 15: DARTS vs Standard + L1 per task (paired over seeds)', pt, paper_rows('table15', 'task', PAPER_TASK_ROWS), 3))
-    except ValueError as e: sec.notes.append(f'The paired tests could not run: {e}')
+        pt = pt.rename(columns={'mean_diff': 'mean diff', 't_p': 't-test p', 'wilcoxon_p': 'Wilcoxon p'}).drop(
+            columns='n'
+        )
+        sec.tables.append(
+            Table(
+                'Table 15: DARTS vs Standard + L1 per task (paired over seeds)',
+                pt,
+                paper_rows('table15', 'task', PAPER_TASK_ROWS),
+                3,
+            )
+        )
+    except ValueError as e:
+        sec.notes.append(f'The paired tests could not run: {e}')
     notes, claims = _significance(long)
-    sec.notes += notes; sec.claims += claims
+    sec.notes += notes
+    sec.claims += claims
     return sec
 
-SEEDS = Experiment('seeds', 'Tables 4, 14 and 15', 'calibration seeds (ta-0.5)', exp_seeds, _seeds_section,
-                   tuple((f'{m}, seed {s}', replace(a, seed=s)) for m, a in SEED_ARMS.items() for s in PAPER_SEEDS))
+
+SEEDS = Experiment(
+    'seeds',
+    'Tables 4, 14 and 15',
+    'calibration seeds (ta-0.5)',
+    exp_seeds,
+    _seeds_section,
+    tuple((f'{m}, seed {s}', replace(a, seed=s)) for m, a in SEED_ARMS.items() for s in PAPER_SEEDS),
+)
 
 # %% ../nbs/18_paper.ipynb #e0b1c2f1
-def exp_cost(run: Run # the run
-            ) -> None:
+def exp_cost(
+    run: Run,  # the run
+) -> None:
     "Measure Table 8 for Standard and DARTS on the code domain of ta-0.5, twice each, once per run (kept in cost.json)."
     from darts_nb.cost import calibration_cost, COST_KINDS
-    path = run.dir/'cost.json'
-    if path.exists(): return
-    if not is_finished(merges_dir(run)/'ta-0.5'): stage_merges(run, ['ta-0.5'])
+
+    path = run.dir / 'cost.json'
+    if path.exists():
+        return
+    if not is_finished(merges_dir(run) / 'ta-0.5'):
+        stage_merges(run, ['ta-0.5'])
     texts = calib_texts(run, 'code')[0]
     run.release()  # calibration_cost loads its own two models
-    frames = [calibration_cost(str(merges_dir(run)/'ta-0.5'), run.profile.experts['code'], 'code', kind, prompts=texts,
-                               device=run.device).assign(kind=kind, repeat=r) for r in range(2) for kind in COST_KINDS]
+    frames = [
+        calibration_cost(
+            str(merges_dir(run) / 'ta-0.5'), run.profile.experts['code'], 'code', kind, prompts=texts, device=run.device
+        ).assign(kind=kind, repeat=r)
+        for r in range(2)
+        for kind in COST_KINDS
+    ]
     atomic_write(path, pd.concat(frames, ignore_index=True).to_json())
 
-def _cost_section(run: Run, figs: Path) -> Section|None:
+
+def _cost_section(run: Run, figs: Path) -> Section | None:
     from darts_nb.cost import cost_table
-    path = run.dir/'cost.json'
-    if not path.exists(): return None
+
+    path = run.dir / 'cost.json'
+    if not path.exists():
+        return None
     df = pd.read_json(path)
-    if 'repeat' not in df: df = df.assign(repeat=0)
+    if 'repeat' not in df:
+        df = df.assign(repeat=0)
     tr = df[df.phase == 'train'].pivot_table(index='repeat', columns='kind', values='value')
     ratios = (tr['position'] / tr['standard']).to_numpy()
     mem = df.set_index(['phase', 'kind']).unit.get(('peak_memory', 'position'), '')
     mem = mem.iloc[0] if isinstance(mem, pd.Series) else mem
     paper = paper_rows('table8', 'phase').rename(columns={'Standard (Yang et al.) (paper)': 'Standard (paper)'})
     v = 'AGREES' if ratios.max() <= 1.5 else 'DISAGREES' if ratios.min() > 1.5 else 'INCONCLUSIVE'
-    return Section([Table('', cost_table(df[df.repeat == 0]), paper)], notes=[f'Peak memory here: {mem}.'] if 'cuda' not in str(mem) else [],
-                   claims=[claim(v, f"DARTS's training loop costs at most 1.5x Standard's: {', '.join(f'{r:.2f}x' for r in ratios)} in "
-                                    f"{len(ratios)} interleaved repeats (paper: 3.15 s / 2.40 s = 1.31x).")])
+    return Section(
+        [Table('', cost_table(df[df.repeat == 0]), paper)],
+        notes=[f'Peak memory here: {mem}.'] if 'cuda' not in str(mem) else [],
+        claims=[
+            claim(
+                v,
+                f"DARTS's training loop costs at most 1.5x Standard's: {', '.join(f'{r:.2f}x' for r in ratios)} in "
+                f"{len(ratios)} interleaved repeats (paper: 3.15 s / 2.40 s = 1.31x).",
+            )
+        ],
+    )
+
 
 COST = Experiment('cost', 'Table 8', 'calibration cost per domain (code, ta-0.5)', exp_cost, _cost_section)

@@ -17,7 +17,18 @@ from .cache import TOKEN_KINDS, get_or_build_cache
 from .bias import token_bias
 from .train import token_agreement
 from .surgery import load_surgery
-from .runs import Arm, Run, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, merges_dir, calib_items, domain_cache, arms_over
+from darts_nb.runs import (
+    Arm,
+    Run,
+    NONE,
+    STANDARD_L1,
+    STANDARD_EWL1,
+    DARTS,
+    merges_dir,
+    calib_items,
+    domain_cache,
+    arms_over,
+)
 from .results import arm_scores, arm_stderr, arm_metric, arms_stat
 from .stats import verdict, all_verdict, paired_ci, reduction_ci
 from .report import Experiment, Section, Table, claim, ci
@@ -30,6 +41,7 @@ __all__ = ['BUCKETS', 'PLACEMENT', 'ENTROPY', 'CONTROL_ARMS', 'CONTROLS', 'CALIB
 # %% ../nbs/20_premises.ipynb #q0a1b2c6
 BUCKETS = (0, 128, 256, 384, 512)
 
+
 def bucket_of(pos) -> np.ndarray:
     "The bucket label ('0-127', ...) of each position (an array or tensor)."
     pos = np.asarray(pos)
@@ -37,29 +49,57 @@ def bucket_of(pos) -> np.ndarray:
     return labels[np.clip(np.searchsorted(BUCKETS, pos, side='right') - 1, 0, len(BUCKETS) - 1)]
 
 # %% ../nbs/20_premises.ipynb #q0a1b2c9
-def placement_bias(run: Run, # the run
-                   domain: str, # one of DOMAINS
-                   merge: str = 'ta-0.5', # the merge
-                   n: int = 60, # held-out items
-                  ) -> pd.DataFrame:
+def placement_bias(
+    run: Run,  # the run
+    domain: str,  # one of DOMAINS
+    merge: str = 'ta-0.5',  # the merge
+    n: int = 60,  # held-out items
+) -> pd.DataFrame:
     "Per held-out item: context tokens before it, its mean bias alone and after the context, and their ratio."
     items = calib_items(domain, n, split='eval')
     texts = {'alone': [it['query'] + it['target'] for it in items], 'context': [training_text(it) for it in items]}
     shift = {'alone': [len(it['context']) for it in items], 'context': [0] * len(items)}
-    spans = {k: [[(a - s, b - s, kk) for a, b, kk in text_spans(it, training_text(it)) if a - s >= 0] for it, s in zip(items, shift[k])] for k in texts}
+    spans = {
+        k: [
+            [(a - s, b - s, kk) for a, b, kk in text_spans(it, training_text(it)) if a - s >= 0]
+            for it, s in zip(items, shift[k])
+        ]
+        for k in texts
+    }
     out = {}
     for k in texts:
-        c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts[k], max_len=512, device=run.device,
-                               progress=False, models=run.model, spans=spans[k])
-        own = (c.kinds != TOKEN_KINDS.index('context')) & c.mask & (positions_from_mask(c.mask) > 0)  # the item's own tokens, not <s>
+        c = get_or_build_cache(
+            merges_dir(run) / merge,
+            run.profile.experts[domain],
+            texts[k],
+            max_len=512,
+            device=run.device,
+            progress=False,
+            models=run.model,
+            spans=spans[k],
+        )
+        own = (
+            (c.kinds != TOKEN_KINDS.index('context')) & c.mask & (positions_from_mask(c.mask) > 0)
+        )  # the item's own tokens, not <s>
         b = token_bias(c)
         out[k] = (torch.where(own.cpu(), b, torch.nan).nanmean(1)).numpy()
-        if k == 'context': out['context_tokens'] = (c.kinds == TOKEN_KINDS.index('context')).sum(1).cpu().numpy()
-    return pd.DataFrame(dict(domain=domain, item=[it['id'] for it in items], context_tokens=out['context_tokens'],
-                             alone=out['alone'], context=out['context'], ratio=out['context'] / out['alone']))
+        if k == 'context':
+            out['context_tokens'] = (c.kinds == TOKEN_KINDS.index('context')).sum(1).cpu().numpy()
+    return pd.DataFrame(
+        dict(
+            domain=domain,
+            item=[it['id'] for it in items],
+            context_tokens=out['context_tokens'],
+            alone=out['alone'],
+            context=out['context'],
+            ratio=out['context'] / out['alone'],
+        )
+    )
 
-def placement_table(df: pd.DataFrame # `placement_bias` rows (one or more domains)
-                   ) -> pd.DataFrame:
+
+def placement_table(
+    df: pd.DataFrame,  # `placement_bias` rows (one or more domains)
+) -> pd.DataFrame:
     "Per bucket of context length (items with a context only): items, geometric-mean ratio and its 95 % interval."
     rows = {}
     for b, g in df[df.context_tokens > 0].groupby(bucket_of(df.context_tokens[df.context_tokens > 0])):
@@ -68,123 +108,231 @@ def placement_table(df: pd.DataFrame # `placement_bias` rows (one or more domain
     return pd.DataFrame(rows).T.rename_axis('context tokens')
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d0
-def exp_placement(run: Run # the run
-                 ) -> None:
+def exp_placement(
+    run: Run,  # the run
+) -> None:
     "The placement test on ta-0.5's held-out items of every domain (kept in placement.csv)."
-    atomic_write(run.dir/'placement.csv', pd.concat([placement_bias(run, d) for d in DOMAINS]).to_csv(index=False))
+    atomic_write(run.dir / 'placement.csv', pd.concat([placement_bias(run, d) for d in DOMAINS]).to_csv(index=False))
+
 
 def _plot_placement(df: pd.DataFrame, path: Path) -> Path:
-    plt = pyplot(); fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for d, g in df[df.context_tokens > 0].groupby('domain'): ax.scatter(g.context_tokens, g.ratio, s=10, alpha=0.6, label=d)
-    ax.axhline(1, color='k', lw=0.8); ax.set(xlabel='context tokens before the item', ylabel='bias after context / alone', yscale='log',
-                                            title='placement test (ta-0.5): the same item, later in the sequence'); ax.legend()
-    fig.tight_layout(); save_figure(fig, path); plt.close(fig)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for d, g in df[df.context_tokens > 0].groupby('domain'):
+        ax.scatter(g.context_tokens, g.ratio, s=10, alpha=0.6, label=d)
+    ax.axhline(1, color='k', lw=0.8)
+    ax.set(
+        xlabel='context tokens before the item',
+        ylabel='bias after context / alone',
+        yscale='log',
+        title='placement test (ta-0.5): the same item, later in the sequence',
+    )
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
     return path
 
-def _placement_section(run: Run, figs: Path) -> Section|None:
-    path = run.dir/'placement.csv'
-    if not path.exists(): return None
+
+def _placement_section(run: Run, figs: Path) -> Section | None:
+    path = run.dir / 'placement.csv'
+    if not path.exists():
+        return None
     df = pd.read_csv(path)
     t = placement_table(df)
     late = df[df.context_tokens >= 256]
-    r = paired_ci(pd.Series(np.log(late.ratio.to_numpy())), pd.Series(np.zeros(len(late)))) if len(late) > 1 else dict(diff=np.nan, lo=np.nan, hi=np.nan)
+    r = (
+        paired_ci(pd.Series(np.log(late.ratio.to_numpy())), pd.Series(np.zeros(len(late))))
+        if len(late) > 1
+        else dict(diff=np.nan, lo=np.nan, hi=np.nan)
+    )
     per = {d: placement_table(g) for d, g in df.groupby('domain')}
-    return Section([Table('geometric-mean ratio of the item\'s bias after its context to alone, all domains', t, digits=2)] +
-                   [Table(f'{d}', per[d], digits=2) for d in DOMAINS if d in per],
-                   figures=[('placement test', _plot_placement(df, figs/'placement.png'))],
-                   core=[claim(verdict(r['lo'], r['hi'], '>', 0.0), f'bias grows with position: the same items have {np.exp(r["diff"]):.2f}x the bias '
-                               f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone ({len(late)} items, '
-                               'paired; paper: later positions 2-3x the bias of early ones).')])
+    return Section(
+        [Table('geometric-mean ratio of the item\'s bias after its context to alone, all domains', t, digits=2)]
+        + [Table(f'{d}', per[d], digits=2) for d in DOMAINS if d in per],
+        figures=[('placement test', _plot_placement(df, figs / 'placement.png'))],
+        core=[
+            claim(
+                verdict(r['lo'], r['hi'], '>', 0.0),
+                f'bias grows with position: the same items have {np.exp(r["diff"]):.2f}x the bias '
+                f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone ({len(late)} items, '
+                'paired; paper: later positions 2-3x the bias of early ones).',
+            )
+        ],
+    )
 
-PLACEMENT = Experiment('placement', 'Premise (section 3.3)', 'the placement test: the same item alone and after its context', exp_placement, _placement_section,
-                       profiles=('toy',))
+
+PLACEMENT = Experiment(
+    'placement',
+    'Premise (section 3.3)',
+    'the placement test: the same item alone and after its context',
+    exp_placement,
+    _placement_section,
+    profiles=('toy',),
+)
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d2
-def entropy_by_kind(cache # a HiddenCache with kinds
-                   ) -> pd.DataFrame:
+def entropy_by_kind(
+    cache,  # a HiddenCache with kinds
+) -> pd.DataFrame:
     "Per predicted token: its item, kind, and the expert's entropy before it (a long frame)."
-    e, k, m = cache.entropy[:, :-1].float().cpu(), cache.kinds[:, 1:].long().cpu(), (cache.mask[:, :-1] & cache.mask[:, 1:]).cpu()
+    e, k, m = (
+        cache.entropy[:, :-1].float().cpu(),
+        cache.kinds[:, 1:].long().cpu(),
+        (cache.mask[:, :-1] & cache.mask[:, 1:]).cpu(),
+    )
     rows = torch.nonzero(m)
-    return pd.DataFrame({'item': rows[:, 0].numpy(), 'kind': np.array(TOKEN_KINDS)[k[m].numpy()], 'entropy': e[m].numpy()})
+    return pd.DataFrame(
+        {'item': rows[:, 0].numpy(), 'kind': np.array(TOKEN_KINDS)[k[m].numpy()], 'entropy': e[m].numpy()}
+    )
 
-def entropy_summary(df: pd.DataFrame # `entropy_by_kind` rows of one domain
-                   ) -> pd.DataFrame:
+
+def entropy_summary(
+    df: pd.DataFrame,  # `entropy_by_kind` rows of one domain
+) -> pd.DataFrame:
     "Per kind: tokens, share of tokens, mean entropy (nats) and the share of EWL1's weight."
     g = df.entropy.astype('float64').groupby(df.kind)
-    out = pd.DataFrame({'tokens': g.size(), 'share of tokens (%)': 100 * g.size() / len(df), 'mean entropy (nats)': g.mean(),
-                        'share of EWL1 weight (%)': 100 * g.sum() / g.sum().sum()})
+    out = pd.DataFrame(
+        {
+            'tokens': g.size(),
+            'share of tokens (%)': 100 * g.size() / len(df),
+            'mean entropy (nats)': g.mean(),
+            'share of EWL1 weight (%)': 100 * g.sum() / g.sum().sum(),
+        }
+    )
     return out.reindex([k for k in TOKEN_KINDS if k in out.index])
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d3
-def exp_entropy(run: Run # the run
-               ) -> None:
+def exp_entropy(
+    run: Run,  # the run
+) -> None:
     "The expert's entropy by kind of token on ta-0.5's held-out text of every domain (kept in entropy.csv)."
     frames = [entropy_by_kind(domain_cache(run, 'ta-0.5', d, 'eval')).assign(domain=d) for d in DOMAINS]
-    atomic_write(run.dir/'entropy.csv', pd.concat(frames).to_csv(index=False))
+    atomic_write(run.dir / 'entropy.csv', pd.concat(frames).to_csv(index=False))
 
-def _entropy_section(run: Run, figs: Path) -> Section|None:
-    path = run.dir/'entropy.csv'
-    if not path.exists(): return None
+
+def _entropy_section(run: Run, figs: Path) -> Section | None:
+    path = run.dir / 'entropy.csv'
+    if not path.exists():
+        return None
     df = pd.read_csv(path)
     tables, parts, lines = [], [], []
     for d in DOMAINS:
         g = df[df.domain == d]
-        if g.empty: continue
+        if g.empty:
+            continue
         tables.append(Table(d, entropy_summary(g), digits=2))
         per = g.groupby(['item', 'kind']).entropy.mean().unstack()
         if {'decision', 'answer'} <= set(per.columns):
-            r = paired_ci(per['decision'], per['answer']); parts.append(verdict(r['lo'], r['hi'])); lines.append(f'{d} {ci(r, " nats", 2)}')
-    return Section(tables, claims=[claim(all_verdict(parts), 'Premise: the expert is more uncertain before a decision token than before the '
-                                         'other answer tokens (mean entropy, decision minus other, paired by item): ' + '; '.join(lines) + '.')])
+            r = paired_ci(per['decision'], per['answer'])
+            parts.append(verdict(r['lo'], r['hi']))
+            lines.append(f'{d} {ci(r, " nats", 2)}')
+    return Section(
+        tables,
+        claims=[
+            claim(
+                all_verdict(parts),
+                'Premise: the expert is more uncertain before a decision token than before the '
+                'other answer tokens (mean entropy, decision minus other, paired by item): ' + '; '.join(lines) + '.',
+            )
+        ],
+    )
 
-ENTROPY = Experiment('entropy', 'Premise (Eq. 6)', "the expert's entropy by kind of token", exp_entropy, _entropy_section, profiles=('toy',))
+
+ENTROPY = Experiment(
+    'entropy',
+    'Premise (Eq. 6)',
+    "the expert's entropy by kind of token",
+    exp_entropy,
+    _entropy_section,
+    profiles=('toy',),
+)
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d5
-CONTROL_ARMS = {'Standard + EWL1': STANDARD_EWL1, 'Token table + EWL1': Arm('token'), 'Shuffled positions + EWL1': Arm('shuffled'), 'DARTS': DARTS}
+CONTROL_ARMS = {
+    'Standard + EWL1': STANDARD_EWL1,
+    'Token table + EWL1': Arm('token'),
+    'Shuffled positions + EWL1': Arm('shuffled'),
+    'DARTS': DARTS,
+}
 
-def _controls_section(run: Run, figs: Path) -> Section|None:
+
+def _controls_section(run: Run, figs: Path) -> Section | None:
     t = arm_scores(run, 'ta-0.5', CONTROL_ARMS)
-    if t.empty: return None
+    if t.empty:
+        return None
     rho = arm_metric(run, 'ta-0.5', CONTROL_ARMS, 'rho_l1')
     t = t.join(rho.rename(columns=lambda c: f'rho_L1 {c} (%)'))
     sec = Section([Table('', t, err=arm_stderr(run, 'ta-0.5', CONTROL_ARMS))])
     ran = [l for l in ('Token table + EWL1', 'Shuffled positions + EWL1') if l in t.index]
     if 'DARTS' in t.index and ran:
         rs = {l: arms_stat(run, 'ta-0.5', {'a': DARTS, 'b': CONTROL_ARMS[l]}, lambda m: m['a'] - m['b']) for l in ran}
-        sec.claims.append(claim(all_verdict([verdict(r['lo'], r['hi']) for r in rs.values()]), 'Premise: the gain of the position table comes from the '
-                                'positions, not from its parameters: DARTS minus ' + '; '.join(f'{l} {ci(r)}' for l, r in rs.items()) + '.'))
+        sec.claims.append(
+            claim(
+                all_verdict([verdict(r['lo'], r['hi']) for r in rs.values()]),
+                'Premise: the gain of the position table comes from the '
+                'positions, not from its parameters: DARTS minus '
+                + '; '.join(f'{l} {ci(r)}' for l, r in rs.items())
+                + '.',
+            )
+        )
     return sec
 
-CONTROLS = Experiment('controls', 'Beyond the paper', 'parameter-matched controls for the position table (ta-0.5)',
-                      lambda run: arms_over(run, ['ta-0.5'], list(CONTROL_ARMS.values()), 'controls'), _controls_section, tuple(CONTROL_ARMS.items()))
+
+CONTROLS = Experiment(
+    'controls',
+    'Beyond the paper',
+    'parameter-matched controls for the position table (ta-0.5)',
+    lambda run: arms_over(run, ['ta-0.5'], list(CONTROL_ARMS.values()), 'controls'),
+    _controls_section,
+    tuple(CONTROL_ARMS.items()),
+)
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d7
-CALIB_TEXT_ARMS = {'DARTS, prompts (the paper)': DARTS, 'DARTS, prompt + reference': replace(DARTS, calib_text='prompt+reference')}
+CALIB_TEXT_ARMS = {
+    'DARTS, prompts (the paper)': DARTS,
+    'DARTS, prompt + reference': replace(DARTS, calib_text='prompt+reference'),
+}
 
-def _calib_text_section(run: Run, figs: Path) -> Section|None:
+
+def _calib_text_section(run: Run, figs: Path) -> Section | None:
     t = arm_scores(run, 'ta-0.5', CALIB_TEXT_ARMS)
-    if len(t) < 2: return None
+    if len(t) < 2:
+        return None
     a, b = CALIB_TEXT_ARMS.values()
     r = arms_stat(run, 'ta-0.5', {'a': b, 'b': a}, lambda m: m['a'] - m['b'])
-    return Section([Table('', t, err=arm_stderr(run, 'ta-0.5', CALIB_TEXT_ARMS))],
-                   notes=[f'Prompt + reference minus prompts only, averaged over the domains: {ci(r)} (paired over {r["n"]} item scores).'])
+    return Section(
+        [Table('', t, err=arm_stderr(run, 'ta-0.5', CALIB_TEXT_ARMS))],
+        notes=[
+            f'Prompt + reference minus prompts only, averaged over the domains: {ci(r)} (paired over {r["n"]} item scores).'
+        ],
+    )
 
-CALIB_TEXT = Experiment('calib_text', 'Beyond the paper', 'calibration on prompts against prompt + reference (ta-0.5)',
-                        lambda run: arms_over(run, ['ta-0.5'], list(CALIB_TEXT_ARMS.values()), 'calib_text'), _calib_text_section,
-                        tuple(CALIB_TEXT_ARMS.items()))
+
+CALIB_TEXT = Experiment(
+    'calib_text',
+    'Beyond the paper',
+    'calibration on prompts against prompt + reference (ta-0.5)',
+    lambda run: arms_over(run, ['ta-0.5'], list(CALIB_TEXT_ARMS.values()), 'calib_text'),
+    _calib_text_section,
+    tuple(CALIB_TEXT_ARMS.items()),
+)
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d9
 SUMMARY_ARMS = {'none': NONE, 'Standard + L1': STANDARD_L1, 'Standard + EWL1': STANDARD_EWL1, 'DARTS': DARTS}
 
-def answer_measures(run: Run, # the run
-                    domain: str, # one of DOMAINS
-                    arm: Arm, # the arm (its module is loaded from the run)
-                    merge: str = 'ta-0.5', # the merge
-                   ) -> pd.DataFrame|None:
+
+def answer_measures(
+    run: Run,  # the run
+    domain: str,  # one of DOMAINS
+    arm: Arm,  # the arm (its module is loaded from the run)
+    merge: str = 'ta-0.5',  # the merge
+) -> pd.DataFrame | None:
     "Per held-out item and position bucket, at answer tokens: summed bias before and after, agreements and tokens (None: no module yet)."
     held = domain_cache(run, merge, domain, 'eval')
-    p = run.shared/'surgery'/merge/domain/arm.dirname
-    if arm.kind != 'none' and not p.exists(): return None
+    p = run.shared / 'surgery' / merge / domain / arm.dirname
+    if arm.kind != 'none' and not p.exists():
+        return None
     module = None if arm.kind == 'none' else load_surgery(p)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
     ans = (held.kinds >= TOKEN_KINDS.index('answer')).cpu() & held.mask.cpu()
@@ -192,12 +340,25 @@ def answer_measures(run: Run, # the run
     agree = token_agreement(module, held, head)
     item, pos = torch.nonzero(ans, as_tuple=True)
     b = bucket_of(positions_from_mask(held.mask.cpu())[ans].numpy())
-    df = pd.DataFrame({'item': item.numpy(), 'bucket': b, 'before': before[ans].numpy(), 'after': after[ans].numpy(), 'agree': agree[ans].numpy()})
-    return df.groupby(['item', 'bucket']).agg(before=('before', 'sum'), after=('after', 'sum'), agree=('agree', 'sum'), tokens=('agree', 'size')).reset_index()
+    df = pd.DataFrame(
+        {
+            'item': item.numpy(),
+            'bucket': b,
+            'before': before[ans].numpy(),
+            'after': after[ans].numpy(),
+            'agree': agree[ans].numpy(),
+        }
+    )
+    return (
+        df.groupby(['item', 'bucket'])
+        .agg(before=('before', 'sum'), after=('after', 'sum'), agree=('agree', 'sum'), tokens=('agree', 'size'))
+        .reset_index()
+    )
 
 # %% ../nbs/20_premises.ipynb #q0a1b2e0
-def position_table(frames: dict # arm label -> `answer_measures` rows (domains concatenated)
-                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def position_table(
+    frames: dict,  # arm label -> `answer_measures` rows (domains concatenated)
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     "(rho_L1 %, agreement %) by arm and bucket, each cell 'value [lo, hi]', intervals over items."
     rho, agr = {}, {}
     for label, df in frames.items():
@@ -208,36 +369,62 @@ def position_table(frames: dict # arm label -> `answer_measures` rows (domains c
             agr.setdefault(label, {})[bk] = f"{100 * a['est']:.1f} [{100 * a['lo']:.1f}, {100 * a['hi']:.1f}]"
     return pd.DataFrame(rho).T, pd.DataFrame(agr).T
 
-def summary_frames(run: Run, # the run
-                   merge: str = 'ta-0.5', # the merge
-                  ) -> dict[str, pd.DataFrame]:
+
+def summary_frames(
+    run: Run,  # the run
+    merge: str = 'ta-0.5',  # the merge
+) -> dict[str, pd.DataFrame]:
     "Arm label -> `answer_measures` rows of every domain (item ids made unique per domain), for the arms that have run."
     frames = {}
     for label, arm in SUMMARY_ARMS.items():
         parts = [(d, answer_measures(run, d, arm, merge)) for d in DOMAINS]
         parts = [m.assign(item=m.item.astype(str) + f'-{d}') for d, m in parts if m is not None]
-        if parts: frames[label] = pd.concat(parts, ignore_index=True)
+        if parts:
+            frames[label] = pd.concat(parts, ignore_index=True)
     return frames
 
-def exp_summary(run: Run # the run
-               ) -> None:
+
+def exp_summary(
+    run: Run,  # the run
+) -> None:
     "Run the summary's arms on ta-0.5, then measure them at the held-out answers (kept in summary.csv)."
     arms_over(run, ['ta-0.5'], list(SUMMARY_ARMS.values()), 'summary')
     frames = summary_frames(run)
-    atomic_write(run.dir/'summary.csv', pd.concat([f.assign(arm=label) for label, f in frames.items()]).to_csv(index=False))
+    atomic_write(
+        run.dir / 'summary.csv', pd.concat([f.assign(arm=label) for label, f in frames.items()]).to_csv(index=False)
+    )
 
-def _summary_section(run: Run, figs: Path) -> Section|None:
-    path = run.dir/'summary.csv'
-    if not path.exists(): return None
+
+def _summary_section(run: Run, figs: Path) -> Section | None:
+    path = run.dir / 'summary.csv'
+    if not path.exists():
+        return None
     df = pd.read_csv(path)
     frames = {label: df[df.arm == label].drop(columns='arm') for label in SUMMARY_ARMS if (df.arm == label).any()}
-    if len(frames) < 2: return None
+    if len(frames) < 2:
+        return None
     rho, agr = position_table(frames)
-    return Section([Table('held-out rho_L1 (%) at the answer tokens, by position bucket', rho.drop(index='none', errors='ignore')),
-                    Table("held-out next-token agreement with the expert (%) at the answer tokens, by position bucket", agr)],
-                   notes=["rho_L1 (Eq. 7) is the share of the L1 bias to the expert that the module removes; next-token agreement is how often "
-                          "the corrected merged model's argmax through the expert's head equals the expert's own. All three domains pooled; "
-                          "intervals over the held-out items."])
+    return Section(
+        [
+            Table(
+                'held-out rho_L1 (%) at the answer tokens, by position bucket', rho.drop(index='none', errors='ignore')
+            ),
+            Table("held-out next-token agreement with the expert (%) at the answer tokens, by position bucket", agr),
+        ],
+        notes=[
+            "rho_L1 (Eq. 7) is the share of the L1 bias to the expert that the module removes; next-token agreement is how often "
+            "the corrected merged model's argmax through the expert's head equals the expert's own. All three domains pooled; "
+            "intervals over the held-out items."
+        ],
+    )
 
-SUMMARY = Experiment('summary', 'Beyond the paper', 'what each surgery does to the hidden states, by position (ta-0.5, held-out answers)',
-                     exp_summary, _summary_section, tuple(SUMMARY_ARMS.items()), profiles=('toy',))
+
+SUMMARY = Experiment(
+    'summary',
+    'Beyond the paper',
+    'what each surgery does to the hidden states, by position (ta-0.5, held-out answers)',
+    exp_summary,
+    _summary_section,
+    tuple(SUMMARY_ARMS.items()),
+    profiles=('toy',),
+)

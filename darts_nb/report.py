@@ -6,7 +6,10 @@ Docs: https://darts-nb.github.io/darts_nb/report.html.md"""
 
 # %% ../nbs/17_report.ipynb #a0b1c2d2
 from __future__ import annotations
-import json, platform, sys, time
+import json
+import platform
+import sys
+import time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable
@@ -25,35 +28,50 @@ __all__ = ['PAPER_COLUMNS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_si
 
 # %% ../nbs/17_report.ipynb #5ab9b20d
 def _fmt(v, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and v != v): return '–'
-    if isinstance(v, bool): return str(v)
-    if isinstance(v, int) or (hasattr(v, 'dtype') and 'int' in str(getattr(v, 'dtype', ''))): return f'{int(v):,}'
-    if isinstance(v, float) or hasattr(v, 'dtype'): return f'{float(v):.{digits}f}'
+    if v is None or (isinstance(v, float) and v != v):
+        return '–'
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int) or (hasattr(v, 'dtype') and 'int' in str(getattr(v, 'dtype', ''))):
+        return f'{int(v):,}'
+    if isinstance(v, float) or hasattr(v, 'dtype'):
+        return f'{float(v):.{digits}f}'
     return str(v)
 
-def md_table(df: pd.DataFrame, # the table; its index is written as the first column unless it is a plain range
-             digits: int = 1, # decimals of float cells
-            ) -> str:
+
+def md_table(
+    df: pd.DataFrame,  # the table; its index is written as the first column unless it is a plain range
+    digits: int = 1,  # decimals of float cells
+) -> str:
     "A DataFrame as a GitHub-flavoured markdown table ('–' for missing values)."
-    if df is None or df.empty: return '_(no rows yet)_'
+    if df is None or df.empty:
+        return '_(no rows yet)_'
     if not isinstance(df.index, pd.RangeIndex):
         df = (df.rename_axis(df.index.name or '') if df.index.nlevels == 1 else df).reset_index()
     head = '| ' + ' | '.join(map(str, df.columns)) + ' |\n|' + '---|' * len(df.columns) + '\n'
-    return head + ''.join('| ' + ' | '.join(_fmt(v, digits) for v in row) + ' |\n' for row in df.itertuples(index=False))
+    return head + ''.join(
+        '| ' + ' | '.join(_fmt(v, digits) for v in row) + ' |\n' for row in df.itertuples(index=False)
+    )
 
 # %% ../nbs/17_report.ipynb #5ab9b20e
-def claim(verdict: str|bool|None, # a word of stats.VERDICTS (or True / False / None for AGREES / DISAGREES / NOT MEASURED)
-          text: str, # the claim, with the run's number and interval and the paper's number
-         ) -> str:
+def claim(
+    verdict: str
+    | bool
+    | None,  # a word of stats.VERDICTS (or True / False / None for AGREES / DISAGREES / NOT MEASURED)
+    text: str,  # the claim, with the run's number and interval and the paper's number
+) -> str:
     "One line of the report's claims list."
     v = verdict if isinstance(verdict, str) else {True: 'AGREES', False: 'DISAGREES', None: 'NOT MEASURED'}[verdict]
-    if v not in VERDICTS: raise ValueError(f'verdict={verdict!r}: expected one of {VERDICTS}')
+    if v not in VERDICTS:
+        raise ValueError(f'verdict={verdict!r}: expected one of {VERDICTS}')
     return f"- **{v}** — {text}"
 
-def ci(r: dict, # an interval: its estimate (`diff` or `est`), `lo` and `hi`
-       unit: str = ' pp', # written after the estimate
-       digits: int = 1, # decimals
-      ) -> str:
+
+def ci(
+    r: dict,  # an interval: its estimate (`diff` or `est`), `lo` and `hi`
+    unit: str = ' pp',  # written after the estimate
+    digits: int = 1,  # decimals
+) -> str:
     "An estimate with its 95 % interval, as text: '+2.1 pp [-0.4, +4.6]'."
     e = r['diff'] if 'diff' in r else r['est']
     return f"{e:+.{digits}f}{unit} [{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}]"
@@ -61,15 +79,20 @@ def ci(r: dict, # an interval: its estimate (`diff` or `est`), `lo` and `hi`
 # %% ../nbs/17_report.ipynb #a0b1c2d6
 PAPER_COLUMNS = {'code': 'HE', 'math': 'GSM', 'instruct': 'AE'}  # the paper's benchmark column for each domain
 
-def paper_rows(name: str, # a published table (darts_nb.stats.paper_table)
-               key: str|list[str], # its label column(s); blank cells repeat the row above
-               rename: dict|None = None, # published label -> the run's label
-               summary: bool = False, # keep the 'mean ± std' rows
-              ) -> pd.DataFrame:
+
+def paper_rows(
+    name: str,  # a published table (darts_nb.stats.paper_table)
+    key: str | list[str],  # its label column(s); blank cells repeat the row above
+    rename: dict | None = None,  # published label -> the run's label
+    summary: bool = False,  # keep the 'mean ± std' rows
+) -> pd.DataFrame:
     "A published table indexed by its labels, with an `Avg` column when it has the three benchmarks, columns marked '(paper)'."
     from darts_nb.stats import paper_table
-    df = paper_table(name, summary).copy(); keys = [key] if isinstance(key, str) else list(key)
-    for k in keys: df[k] = df[k].astype(str).replace('', pd.NA).ffill()
+
+    df = paper_table(name, summary).copy()
+    keys = [key] if isinstance(key, str) else list(key)
+    for k in keys:
+        df[k] = df[k].astype(str).replace('', pd.NA).ffill()
     rename = rename or {}
     df.index = [rename.get(s, s) for s in df[keys].agg(' / '.join, axis=1)]
     df = df.drop(columns=keys)
@@ -79,11 +102,14 @@ def paper_rows(name: str, # a published table (darts_nb.stats.paper_table)
         df.insert(list(df.columns).index(cols[-1]) + 1, 'Avg', avg.round(1))
     return df.rename(columns=lambda c: f'{c} (paper)')
 
-def side_by_side(run_t: pd.DataFrame, # the run's rows
-                 paper_t: pd.DataFrame|None, # `paper_rows(...)`, labelled like the run's rows; None: the run's rows alone
-                ) -> pd.DataFrame:
+
+def side_by_side(
+    run_t: pd.DataFrame,  # the run's rows
+    paper_t: pd.DataFrame | None,  # `paper_rows(...)`, labelled like the run's rows; None: the run's rows alone
+) -> pd.DataFrame:
     "The run's rows with the published numbers beside them (rows only the paper has come last)."
-    if paper_t is None: return run_t
+    if paper_t is None:
+        return run_t
     idx = list(run_t.index) + [i for i in paper_t.index if i not in set(run_t.index)]
     return run_t.reindex(idx).join(paper_t, how='left')
 
@@ -91,25 +117,30 @@ def side_by_side(run_t: pd.DataFrame, # the run's rows
 @dataclass
 class Table:
     "One table of a section: the run's rows, their uncertainty, and the published rows to set beside them."
+
     title: str  # a sub-heading ('' for none)
     frame: pd.DataFrame  # the run's table
-    paper: pd.DataFrame|None = None  # `paper_rows(...)` labelled like `frame`; None when the paper has none
+    paper: pd.DataFrame | None = None  # `paper_rows(...)` labelled like `frame`; None when the paper has none
     digits: int = 1  # decimals of float cells
-    err: pd.DataFrame|None = None  # standard errors of `frame`'s cells (same labels), shown as 'value ± err'
+    err: pd.DataFrame | None = None  # standard errors of `frame`'s cells (same labels), shown as 'value ± err'
 
     def shown(self) -> pd.DataFrame:
         "The run's table, every cell that has an error written 'value ± err'."
-        if self.err is None: return self.frame
+        if self.err is None:
+            return self.frame
         out = self.frame.astype(object).copy()
         err = self.err.reindex(index=self.frame.index, columns=self.frame.columns)
         for r, c in ((r, c) for r in self.frame.index for c in self.frame.columns):
             v, e = self.frame.loc[r, c], err.loc[r, c]
-            if isinstance(v, (int, float)) and v == v and isinstance(e, (int, float)) and e == e: out.loc[r, c] = f'{v:.{self.digits}f} ± {e:.{self.digits}f}'
+            if isinstance(v, (int, float)) and v == v and isinstance(e, (int, float)) and e == e:
+                out.loc[r, c] = f'{v:.{self.digits}f} ± {e:.{self.digits}f}'
         return out
+
 
 @dataclass
 class Section:
     "What one experiment contributes to the report."
+
     tables: list = field(default_factory=list)  # `Table`s
     figures: list = field(default_factory=list)  # (caption, PNG path)
     notes: list = field(default_factory=list)  # markdown paragraphs after the tables
@@ -117,125 +148,195 @@ class Section:
     core: list = field(default_factory=list)  # the core claims (`claim(...)` lines), which the report shows first
     top: list = field(default_factory=list)  # lines the report opens with (a domain at the score floor)
 
+
 @dataclass(frozen=True)
 class Experiment:
     "One result of the paper (or a premise of the toy world): how it runs, and what it adds to the report."
+
     name: str  # the registry key, and the name `--only` takes
     paper: str  # the published result it reproduces, e.g. 'Table 1'
     title: str  # what it shows
     run: Callable  # run(run: Run) -> None: does the work; resumable, finished work is skipped
     section: Callable  # section(run, figures_dir) -> Section, or None while nothing has run
     arms: tuple = ()  # (label, Arm) pairs it runs, for reading
-    profiles: tuple = ('toy', 'paper')  # the evaluation tasks it applies to (a premise of the toy world needs its labelled spans)
+    profiles: tuple = (
+        'toy',
+        'paper',
+    )  # the evaluation tasks it applies to (a premise of the toy world needs its labelled spans)
 
     @property
-    def heading(self) -> str: return f'{self.paper}: {self.title}'
+    def heading(self) -> str:
+        return f'{self.paper}: {self.title}'
 
 # %% ../nbs/17_report.ipynb #a0b1c2da
-def render_section(heading: str, # the section's heading, e.g. 'Table 1: main results'
-                   sec: Section, # what the record made
-                   root: Path, # the report's directory (figure links are relative to it)
-                   columns: dict|None = None, # the run's column names to show instead (the paper profile: code -> HE, ...)
-                  ) -> list[str]:
+def render_section(
+    heading: str,  # the section's heading, e.g. 'Table 1: main results'
+    sec: Section,  # what the record made
+    root: Path,  # the report's directory (figure links are relative to it)
+    columns: dict | None = None,  # the run's column names to show instead (the paper profile: code -> HE, ...)
+) -> list[str]:
     "The markdown lines of one section."
     lines = [f'## {heading}', '']
     for t in sec.tables:
-        if t.title: lines += [f'### {t.title}', '']
+        if t.title:
+            lines += [f'### {t.title}', '']
         lines += [md_table(side_by_side(t.shown(), t.paper).rename(columns=columns or {}), t.digits), '']
-    for caption, path in sec.figures: lines += [f'![{caption}]({Path(path).relative_to(root)})', '']
-    for n in sec.notes: lines += [n, '']
+    for caption, path in sec.figures:
+        lines += [f'![{caption}]({Path(path).relative_to(root)})', '']
+    for n in sec.notes:
+        lines += [n, '']
     return lines
 
 # %% ../nbs/17_report.ipynb #d3fd97b8
 def _versions() -> dict:
-    import importlib.metadata as md, darts_nb
+    import importlib.metadata as md
+    import darts_nb
+
     out = {'darts_nb': darts_nb.__version__, 'python': platform.python_version()}
     for p in ('torch', 'transformers', 'mergekit', 'lm_eval'):
-        try: out[p] = md.version(p.replace('_', '-'))
-        except md.PackageNotFoundError: out[p] = 'not installed'
+        try:
+            out[p] = md.version(p.replace('_', '-'))
+        except md.PackageNotFoundError:
+            out[p] = 'not installed'
     return out
 
-def config_lines(run: Run, # the run
-                 names: list[str], # the experiments, in report order (for the timings)
-                ) -> list[str]:
+
+def config_lines(
+    run: Run,  # the run
+    names: list[str],  # the experiments, in report order (for the timings)
+) -> list[str]:
     "The report's configuration section."
-    tpath = run.dir/'timings.json'
+    tpath = run.dir / 'timings.json'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     dev = run.device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    lines = ['## Configuration', '',
-             f'- profile `{run.profile.name}`: base `{run.profile.base}`; experts ' + ', '.join(f'{d} `{p}`' for d, p in run.profile.experts.items()),
-             f'- quick = {run.quick}: {"the quick sweep " + ", ".join(QUICK) if run.quick else "the full sweep grid"}; '
-             f'eval items per domain: {run.eval_limit or "all"} (evaluation profile `{run.eval_profile}`)',
-             f'- surgery defaults: {asdict(DARTS)}; batch 8, T_max 512, Adam (0.9, 0.999); calibration seeds {PAPER_SEEDS}',
-             f'- device `{dev}`, {torch.get_num_threads()} CPU threads; ' + ', '.join(f'{k} {v}' for k, v in _versions().items()),
-             f'- report written {time.strftime("%Y-%m-%d %H:%M:%S %Z")}']
-    if timings: lines.append('- wall time of the last pass of each experiment (s): ' + ', '.join(f'{k} {timings[k]:.0f}' for k in names if k in timings)
-                             + f'; total {sum(timings.values()):.0f} s')
+    lines = [
+        '## Configuration',
+        '',
+        f'- profile `{run.profile.name}`: base `{run.profile.base}`; experts '
+        + ', '.join(f'{d} `{p}`' for d, p in run.profile.experts.items()),
+        f'- quick = {run.quick}: {"the quick sweep " + ", ".join(QUICK) if run.quick else "the full sweep grid"}; '
+        f'eval items per domain: {run.eval_limit or "all"} (evaluation profile `{run.eval_profile}`)',
+        f'- surgery defaults: {asdict(DARTS)}; batch 8, T_max 512, Adam (0.9, 0.999); calibration seeds {PAPER_SEEDS}',
+        f'- device `{dev}`, {torch.get_num_threads()} CPU threads; '
+        + ', '.join(f'{k} {v}' for k, v in _versions().items()),
+        f'- report written {time.strftime("%Y-%m-%d %H:%M:%S %Z")}',
+    ]
+    if timings:
+        lines.append(
+            '- wall time of the last pass of each experiment (s): '
+            + ', '.join(f'{k} {timings[k]:.0f}' for k in names if k in timings)
+            + f'; total {sum(timings.values()):.0f} s'
+        )
     return lines + ['']
 
 # %% ../nbs/17_report.ipynb #a0b1c2e2
 def _write_html(md_path: Path) -> Path:
     "A self-contained HTML rendering of the report (figures stay next to it, linked relatively)."
     import markdown
+
     body = markdown.markdown(md_path.read_text(), extensions=['tables'])
-    css = ('body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.45}'
-           'table{border-collapse:collapse;margin:.5rem 0 1.2rem;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}'
-           'th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}')
-    return atomic_write(md_path.with_suffix('.html'), f'<!doctype html><html><head><meta charset="utf-8"><title>{md_path.parent.name}: DARTS report</title>'
-                        f'<style>{css}</style></head><body>{body}</body></html>\n')
+    css = (
+        'body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.45}'
+        'table{border-collapse:collapse;margin:.5rem 0 1.2rem;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}'
+        'th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}'
+    )
+    return atomic_write(
+        md_path.with_suffix('.html'),
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{md_path.parent.name}: DARTS report</title>'
+        f'<style>{css}</style></head><body>{body}</body></html>\n',
+    )
+
 
 def _columns_line(run: Run) -> str:
     "What the run's own columns are: the same benchmarks (paper profile), or the toy domains that stand for them."
-    if run.eval_profile == 'paper': return "The run's columns are the same benchmarks, measured on this run's models, in %"
-    return (f"The run's columns are its own domains ({', '.join(f'{d} ~ {PAPER_COLUMNS[d]}' for d in DOMAINS)}), "
-            f"scored in % by the `{run.eval_profile}` evaluation profile")
+    if run.eval_profile == 'paper':
+        return "The run's columns are the same benchmarks, measured on this run's models, in %"
+    return (
+        f"The run's columns are its own domains ({', '.join(f'{d} ~ {PAPER_COLUMNS[d]}' for d in DOMAINS)}), "
+        f"scored in % by the `{run.eval_profile}` evaluation profile"
+    )
 
-def unjudged_lines(run: Run # the run
-                  ) -> list[str]:
+
+def unjudged_lines(
+    run: Run,  # the run
+) -> list[str]:
     "On the paper profile without a judge: one line saying that AlpacaEval is not judged and where its outputs are."
-    if run.eval_profile != 'paper' or not (run.shared/'alpaca_eval').exists(): return []
-    if len(recorded(run, domain='instruct', metric='win_rate')): return []
-    return [f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
-            f"format, are in `{run.shared/'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."]
+    if run.eval_profile != 'paper' or not (run.shared / 'alpaca_eval').exists():
+        return []
+    if len(recorded(run, domain='instruct', metric='win_rate')):
+        return []
+    return [
+        f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
+        f"format, are in `{run.shared / 'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."
+    ]
+
 
 def _tally(claims: list[str]) -> str:
     "'k agree, k disagree, k inconclusive' of claim lines."
     n = {v: sum(f'**{v}**' in c for c in claims) for v in VERDICTS}
     return ', '.join(f'{k} {v.lower()}' for v, k in n.items() if k) or 'none measured'
 
-def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section|None, str|None]:
+
+def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str | None]:
     "(the record's section, None) or (None, the one line that says why it has none: not run, not applicable, or its data are partial)."
     what = f'- `{exp.name}` ({exp.title}): '
-    if run.eval_profile not in exp.profiles: return None, what + f'does not apply to the `{run.eval_profile}` tasks.'
-    try: sec = exp.section(run, figs)
-    except (StoreError, OSError): raise  # an unreadable store or a full disk is not a partial run
+    if run.eval_profile not in exp.profiles:
+        return None, what + f'does not apply to the `{run.eval_profile}` tasks.'
+    try:
+        sec = exp.section(run, figs)
+    except (StoreError, OSError):
+        raise  # an unreadable store or a full disk is not a partial run
     except Exception as e:
-        print(f'report: the {exp.name!r} section was not made from this run\'s data: {type(e).__name__}: {e}', file=sys.stderr)
+        print(
+            f'report: the {exp.name!r} section was not made from this run\'s data: {type(e).__name__}: {e}',
+            file=sys.stderr,
+        )
         return None, what + f'not made from the partial data of this run ({type(e).__name__}: {e}).'
-    if sec is None: return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
+    if sec is None:
+        return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
     return sec, None
 
-def write_report(run: Run, # the run
-                 experiments: dict, # name -> `Experiment` (experiments.EXPERIMENTS)
-                ) -> Path:
+
+def write_report(
+    run: Run,  # the run
+    experiments: dict,  # name -> `Experiment` (experiments.EXPERIMENTS)
+) -> Path:
     "Write runs/<name>/report.md and report.html from the run's store, caches and files, section by section."
-    figs = run.dir/'figures'; figs.mkdir(parents=True, exist_ok=True)
+    figs = run.dir / 'figures'
+    figs.mkdir(parents=True, exist_ok=True)
     body, claims, core, top, missing = [], [], [], [], []
     for exp in experiments.values():
         sec, why = _section(exp, run, figs)
-        if sec is None: missing.append(why); continue
+        if sec is None:
+            missing.append(why)
+            continue
         body += render_section(exp.heading, sec, run.dir, PAPER_COLUMNS if run.eval_profile == 'paper' else None)
-        claims += sec.claims; core += sec.core; top += sec.top
-    if missing: body += ['## Not measured in this run', '', *missing, '']
+        claims += sec.claims
+        core += sec.core
+        top += sec.top
+    if missing:
+        body += ['## Not measured in this run', '', *missing, '']
     top += unjudged_lines(run)
-    head = [f'# DARTS run `{run.name}`', '',
-            f'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; HE = HumanEval, GSM = GSM8K, '
-            f'AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". ' + _columns_line(run) + ', '
-            'each with its standard error; a dash marks a cell one side does not have. A claim AGREES or DISAGREES with the paper only '
-            'when the 95 % interval of the difference it is about excludes zero (or the value it names); otherwise it is INCONCLUSIVE.', '',
-            f'## The core claims ({_tally(core)})', '', *top, *([''] if top else []), *(core or ['_(not measured yet)_']), '',
-            *config_lines(run, list(experiments)),
-            f'## Every other claim, checked on this run ({_tally(claims)})', '', *claims, '']
-    out = atomic_write(run.dir/'report.md', '\n'.join(head + body) + '\n')
+    head = [
+        f'# DARTS run `{run.name}`',
+        '',
+        'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; HE = HumanEval, GSM = GSM8K, '
+        'AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". ' + _columns_line(run) + ', '
+        'each with its standard error; a dash marks a cell one side does not have. A claim AGREES or DISAGREES with the paper only '
+        'when the 95 % interval of the difference it is about excludes zero (or the value it names); otherwise it is INCONCLUSIVE.',
+        '',
+        f'## The core claims ({_tally(core)})',
+        '',
+        *top,
+        *([''] if top else []),
+        *(core or ['_(not measured yet)_']),
+        '',
+        *config_lines(run, list(experiments)),
+        f'## Every other claim, checked on this run ({_tally(claims)})',
+        '',
+        *claims,
+        '',
+    ]
+    out = atomic_write(run.dir / 'report.md', '\n'.join(head + body) + '\n')
     _write_html(out)
     return out

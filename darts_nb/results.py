@@ -15,82 +15,116 @@ from .runs import Arm, Run, recorded, recorded_items, task_rows
 __all__ = ['arm_scores', 'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', 'arms_stat', 'paired_diff']
 
 # %% ../nbs/16_results.ipynb #9f88b712
-def _labelled(arms): return arms if isinstance(arms, dict) else {a.label: a for a in arms}
+def _labelled(arms):
+    return arms if isinstance(arms, dict) else {a.label: a for a in arms}
+
 
 def _arm_column(run: Run, merge: str, arms, col: str) -> dict:
     "label -> the task metric's `col` (value or stderr) per domain, for the arms that have run."
     rows = {}
     for label, a in _labelled(arms).items():
         df = task_rows(run, merge_config=merge, **a.key())
-        if len(df): rows[label] = df.groupby('domain')[col].mean().reindex(list(DOMAINS))
+        if len(df):
+            rows[label] = df.groupby('domain')[col].mean().reindex(list(DOMAINS))
     return rows
 
-def arm_scores(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list: labelled by `Arm.label`)
-              ) -> pd.DataFrame:
+
+def arm_scores(
+    run: Run,  # the run
+    merge: str,  # the merged model
+    arms: dict[str, Arm] | list[Arm],  # row label -> arm (or a list: labelled by `Arm.label`)
+) -> pd.DataFrame:
     "Task score (%) per arm (rows) and domain (columns) on one merge, with the average; arms not yet run are left out."
     rows = _arm_column(run, merge, arms, 'value')
-    if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
+    if not rows:
+        return pd.DataFrame(columns=[*DOMAINS, 'avg'])
     t = pd.DataFrame(rows).T
     return t.assign(avg=t.mean(axis=1, skipna=False))
 
-def arm_stderr(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list)
-              ) -> pd.DataFrame:
+
+def arm_stderr(
+    run: Run,  # the run
+    merge: str,  # the merged model
+    arms: dict[str, Arm] | list[Arm],  # row label -> arm (or a list)
+) -> pd.DataFrame:
     "The standard error (pp) of every cell of `arm_scores`."
     rows = _arm_column(run, merge, arms, 'stderr')
-    if not rows: return pd.DataFrame(columns=[*DOMAINS, 'avg'])
+    if not rows:
+        return pd.DataFrame(columns=[*DOMAINS, 'avg'])
     t = pd.DataFrame(rows).T.astype(float)
-    return t.assign(avg=(t ** 2).sum(axis=1, min_count=len(DOMAINS)) ** 0.5 / len(DOMAINS))
+    return t.assign(avg=(t**2).sum(axis=1, min_count=len(DOMAINS)) ** 0.5 / len(DOMAINS))
 
-def arm_metric(run: Run, # the run
-               merge: str, # the merged model
-               arms: dict[str, Arm]|list[Arm], # row label -> arm (or a list)
-               metric: str, # 'rho_l1', 'argmax_agree' or 'final_loss'
-              ) -> pd.DataFrame:
+
+def arm_metric(
+    run: Run,  # the run
+    merge: str,  # the merged model
+    arms: dict[str, Arm] | list[Arm],  # row label -> arm (or a list)
+    metric: str,  # 'rho_l1', 'argmax_agree' or 'final_loss'
+) -> pd.DataFrame:
     "One per-arm metric per domain on one merge."
-    rows = {l: recorded(run, merge_config=merge, metric=metric, **a.key()).groupby('domain').value.mean().reindex(list(DOMAINS))
-            for l, a in _labelled(arms).items()}
+    rows = {
+        l: recorded(run, merge_config=merge, metric=metric, **a.key())
+        .groupby('domain')
+        .value.mean()
+        .reindex(list(DOMAINS))
+        for l, a in _labelled(arms).items()
+    }
     rows = {l: r for l, r in rows.items() if r.notna().any()}
     return pd.DataFrame(rows).T.rename_axis(columns=None) if rows else pd.DataFrame(columns=list(DOMAINS))
 
 # %% ../nbs/16_results.ipynb #e71f5da6
-def arm_key(merge: str, # a merge of the sweep
-            arm: Arm, # an arm
-           ) -> dict:
+def arm_key(
+    merge: str,  # a merge of the sweep
+    arm: Arm,  # an arm
+) -> dict:
     "The store key of an arm's rows on a merge."
     return dict(merge_config=merge, **arm.key())
 
-def items_frame(run: Run, # the run
-                keys: dict, # column label -> store key (dict of key columns)
-                domain: str, # one of DOMAINS
-               ) -> pd.DataFrame:
+
+def items_frame(
+    run: Run,  # the run
+    keys: dict,  # column label -> store key (dict of key columns)
+    domain: str,  # one of DOMAINS
+) -> pd.DataFrame:
     "Per-item task scores (%) of every key on one domain: rows the items all of them scored, a column per label."
-    cols = {l: recorded_items(run, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean() for l, k in keys.items()}
+    cols = {
+        l: recorded_items(run, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean()
+        for l, k in keys.items()
+    }
     return pd.DataFrame(cols).dropna()
+
 
 def _bootstrap(strata: dict, stat, **kw) -> dict:
     strata = {s: f for s, f in strata.items() if len(f)}
-    return bootstrap_stat(strata, stat, **kw) if strata else dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
+    return (
+        bootstrap_stat(strata, stat, **kw) if strata else dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
+    )
 
-def arms_stat(run: Run, # the run
-              merge: str, # the merge
-              arms: dict, # label -> Arm
-              stat, # stat(means: pd.Series indexed by label) -> float, e.g. lambda m: m.max() - m.min()
-              domains=DOMAINS, # averaged over
-              **kw, # n_boot, level, seed
-             ) -> dict:
+
+def arms_stat(
+    run: Run,  # the run
+    merge: str,  # the merge
+    arms: dict,  # label -> Arm
+    stat,  # stat(means: pd.Series indexed by label) -> float, e.g. lambda m: m.max() - m.min()
+    domains=DOMAINS,  # averaged over
+    **kw,  # n_boot, level, seed
+) -> dict:
     "A statistic of the arms' average scores over the domains, with its bootstrap interval over items: est, lo, hi, n."
-    return _bootstrap({d: items_frame(run, {l: arm_key(merge, a) for l, a in arms.items()}, d) for d in domains}, stat, **kw)
+    return _bootstrap(
+        {d: items_frame(run, {l: arm_key(merge, a) for l, a in arms.items()}, d) for d in domains}, stat, **kw
+    )
 
-def paired_diff(run: Run, # the run
-                pairs: list[tuple[dict, dict]], # (key of a, key of b) pairs, e.g. (arm_key(m, DARTS), arm_key(m, NONE))
-                domains=DOMAINS, # averaged over
-                **kw, # n_boot, level, seed
-               ) -> dict:
+
+def paired_diff(
+    run: Run,  # the run
+    pairs: list[tuple[dict, dict]],  # (key of a, key of b) pairs, e.g. (arm_key(m, DARTS), arm_key(m, NONE))
+    domains=DOMAINS,  # averaged over
+    **kw,  # n_boot, level, seed
+) -> dict:
     "mean(a - b) on the items both scored, averaged over domains and pairs, with its interval: diff, lo, hi, n."
-    r = _bootstrap({(i, d): items_frame(run, {'a': ka, 'b': kb}, d) for i, (ka, kb) in enumerate(pairs) for d in domains},
-                   lambda m: m['a'] - m['b'], **kw)
+    r = _bootstrap(
+        {(i, d): items_frame(run, {'a': ka, 'b': kb}, d) for i, (ka, kb) in enumerate(pairs) for d in domains},
+        lambda m: m['a'] - m['b'],
+        **kw,
+    )
     return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])

@@ -6,7 +6,8 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
-import json, re, shutil
+import re
+import shutil
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import pandas as pd
@@ -14,14 +15,36 @@ import torch
 from tqdm.auto import tqdm
 from .core import darts_home, set_seed, write_json, stable_hash, default_device
 from .domains import DOMAINS, METRICS
-from .inputs import (models_key, run_inputs, read_run_json, check_same_inputs, check_run_args, pick_configs, calib_items,
-                             item_texts, config_by_role, source_key)
+from darts_nb.inputs import (
+    models_key,
+    run_inputs,
+    read_run_json,
+    check_same_inputs,
+    check_run_args,
+    pick_configs,
+    calib_items,
+    item_texts,
+    config_by_role,
+    source_key,
+)
 from .zoo import get_profile, load_model, Profile
-from .merge import (FAMILY_NAMES, sweep_configs, quick_configs, run_merges, is_finished, family, best_per_method, _same_config,
-                            record_merge_failures, check_configs)
+from darts_nb.merge import (
+    FAMILY_NAMES,
+    sweep_configs,
+    quick_configs,
+    run_merges,
+    is_finished,
+    family,
+    best_per_method,
+    _same_config,
+    record_merge_failures,
+    check_configs,
+)
 from .executors import Job, execute, make_executor
 from .surgery import make_surgery, save_surgery, surgery
-from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS
+
+# The arms' names are re-exported: `from darts_nb.runs import Arm, NONE` was the import before arms had a notebook.
+from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # noqa: F401
 from .cache import get_or_build_cache
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
@@ -36,34 +59,52 @@ __all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'merge_hash', 'row_source',
            'sweep_scores', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #9731f432
-def run_dir(name: str # the run's name
-           ) -> Path:
+def run_dir(
+    name: str,  # the run's name
+) -> Path:
     "The directory of run `name`: `DARTS_HOME/runs/<name>`."
-    return darts_home()/'runs'/name
+    return darts_home() / 'runs' / name
+
 
 @dataclass
 class Run:
     "A named run of the programme on one profile."
+
     name: str  # the directory name under DARTS_HOME/runs
     profile: Profile  # the base and the experts
     quick: bool = False  # the quick sweep and ablation grids
-    eval_limit: int|None = None  # eval items per domain (None: the whole eval split)
-    device: str|None = None  # where models run (None: CUDA if available)
+    eval_limit: int | None = None  # eval items per domain (None: the whole eval split)
+    device: str | None = None  # where models run (None: CUDA if available)
     models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
     workers: int = 1  # processes that compute jobs (arms, evaluations) at once; the driver alone writes the store
-    judge: str|None = None  # paper profile: the alpaca_eval annotators config that judges AlpacaEval (None: not judged)
-    batch_size: int|str|None = None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
-    keep_merges: bool = True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
-    content_key: str = ''  # a hash of what every row is computed from (models, tasks, eval limit, data); '' for a run made by hand
-    executor: str = 'local'  # where jobs run: 'local' (this process, or `workers` processes) or 'ray' (darts_nb.executors)
-    address: str|None = None  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster's head
-    shared_dir: str|None = None  # where workers write merges, caches, modules (every node sees it at this path); None: DARTS_HOME
+    judge: str | None = (
+        None  # paper profile: the alpaca_eval annotators config that judges AlpacaEval (None: not judged)
+    )
+    batch_size: int | str | None = (
+        None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
+    )
+    keep_merges: bool = (
+        True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
+    )
+    content_key: str = (
+        ''  # a hash of what every row is computed from (models, tasks, eval limit, data); '' for a run made by hand
+    )
+    executor: str = (
+        'local'  # where jobs run: 'local' (this process, or `workers` processes) or 'ray' (darts_nb.executors)
+    )
+    address: str | None = (
+        None  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster's head
+    )
+    shared_dir: str | None = (
+        None  # where workers write merges, caches, modules (every node sees it at this path); None: DARTS_HOME
+    )
     _models: dict = field(default_factory=dict, repr=False)
     _executor: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
 
     @property
-    def dir(self) -> Path: return run_dir(self.name)
+    def dir(self) -> Path:
+        return run_dir(self.name)
 
     @property
     def home(self) -> Path:
@@ -73,10 +114,11 @@ class Run:
     @property
     def shared(self) -> Path:
         "Where the run's workers write its modules and AlpacaEval outputs: `home/runs/<name>` (the run's directory when nothing is shared)."
-        return self.home/'runs'/self.name
+        return self.home / 'runs' / self.name
 
     @property
-    def eval_profile(self) -> str: return self.profile.eval_profile
+    def eval_profile(self) -> str:
+        return self.profile.eval_profile
 
     @property
     def merge_dtype(self) -> str:
@@ -84,242 +126,392 @@ class Run:
         return 'float32' if self.profile.zoo_size else 'bfloat16'
 
     @property
-    def eval_batch_size(self) -> int|str:
+    def eval_batch_size(self) -> int | str:
         "The generation batch size: the run's, else lm-eval's 'auto' for the paper's tasks on a GPU (on a CPU it can only find the RAM's limit), else 32."
-        return self.batch_size or ('auto' if self.eval_profile == 'paper' and default_device(self.device).type == 'cuda' else 32)
+        return self.batch_size or (
+            'auto' if self.eval_profile == 'paper' and default_device(self.device).type == 'cuda' else 32
+        )
 
-    def model(self, path: str # a checkpoint directory
-             ):
+    def model(
+        self,
+        path: str,  # a checkpoint directory
+    ):
         "Load (once) a model and tokenizer by path; the two most recently used stay in memory (a stage needs at most a merge and an expert)."
         path = str(path)
-        if path in self._models: self._models[path] = self._models.pop(path)  # most recent last
+        if path in self._models:
+            self._models[path] = self._models.pop(path)  # most recent last
         else:
             while len(self._models) >= 2:
                 self._models.pop(next(iter(self._models)))
-                if torch.cuda.is_available(): torch.cuda.empty_cache()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
             self._models[path] = load_model(path, self.device)
         return self._models[path]
 
     def release(self):
         "Drop the loaded models (a stage that loads its own, like the cost measurement, starts with free memory)."
         self._models.clear()
-        if torch.cuda.is_available(): torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def spec(self) -> dict:
         "What a worker needs to rebuild this run (plain data; a worker computes its jobs itself: no executor)."
-        return dict(name=self.name, profile=asdict(self.profile), quick=self.quick, eval_limit=self.eval_limit, device=self.device,
-                    models_key=self.models_key, judge=self.judge, batch_size=self.batch_size, keep_merges=self.keep_merges,
-                    content_key=self.content_key, shared_dir=str(self.home))
+        return dict(
+            name=self.name,
+            profile=asdict(self.profile),
+            quick=self.quick,
+            eval_limit=self.eval_limit,
+            device=self.device,
+            models_key=self.models_key,
+            judge=self.judge,
+            batch_size=self.batch_size,
+            keep_merges=self.keep_merges,
+            content_key=self.content_key,
+            shared_dir=str(self.home),
+        )
 
     @classmethod
-    def from_spec(cls, spec: dict # from `spec()`
-                 ) -> Run: return cls(**{**spec, 'profile': Profile(**spec['profile'])})
+    def from_spec(
+        cls,
+        spec: dict,  # from `spec()`
+    ) -> Run:
+        return cls(**{**spec, 'profile': Profile(**spec['profile'])})
 
     @property
     def jobs_executor(self):
         "The run's executor (made on first use)."
-        if self._executor is None: self._executor = make_executor(self.executor, self.workers, self.address, self.shared_dir)
+        if self._executor is None:
+            self._executor = make_executor(self.executor, self.workers, self.address, self.shared_dir)
         return self._executor
 
     def close(self):
         "Stop the run's worker processes or the Ray instance it started, if any."
-        if self._executor is not None: self._executor.close(); self._executor = None
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
 
 # %% ../nbs/15_runs.ipynb #9731f433
-def make_run(profile: str|dict = 'toy', # a profile name, dict or YAML path (see `zoo.get_profile`)
-             name: str = 'default', # the run directory's name
-             quick: bool = False, # trimmed sweep and eval sets (the demo)
-             eval_limit: int|None = None, # eval items per domain; default 60 with quick, all otherwise
-             device: str|None = None, # where models run (None: CUDA if available)
-             workers: int = 1, # processes computing jobs at once (CPU: at most the number of cores)
-             judge: str|None = None, # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
-             batch_size: int|str|None = None, # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
-             keep_merges: bool = True, # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
-             executor: str = 'local', # 'local' or 'ray' (darts_nb.executors)
-             address: str|None = None, # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
-             shared_dir: str|Path|None = None, # where workers write merges, caches and modules (None: DARTS_HOME)
-            ) -> Run:
+def make_run(
+    profile: str | dict = 'toy',  # a profile name, dict or YAML path (see `zoo.get_profile`)
+    name: str = 'default',  # the run directory's name
+    quick: bool = False,  # trimmed sweep and eval sets (the demo)
+    eval_limit: int | None = None,  # eval items per domain; default 60 with quick, all otherwise
+    device: str | None = None,  # where models run (None: CUDA if available)
+    workers: int = 1,  # processes computing jobs at once (CPU: at most the number of cores)
+    judge: str | None = None,  # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
+    batch_size: int | str | None = None,  # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
+    keep_merges: bool = True,  # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
+    executor: str = 'local',  # 'local' or 'ray' (darts_nb.executors)
+    address: str | None = None,  # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
+    shared_dir: str | Path | None = None,  # where workers write merges, caches and modules (None: DARTS_HOME)
+) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
     check_run_args(name, eval_limit)
     make_executor(executor, workers, address, shared_dir)  # bad choices refused before anything is built
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1: raise ValueError(f"workers={workers!r}: expected an integer >= 1")
-    if batch_size is not None and batch_size != 'auto' and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers!r}: expected an integer >= 1")
+    if (
+        batch_size is not None
+        and batch_size != 'auto'
+        and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1)
+    ):
         raise ValueError(f"batch_size={batch_size!r}: expected None, 'auto' or an integer >= 1")
-    meta = run_dir(name)/'run.json'
+    meta = run_dir(name) / 'run.json'
     old = read_run_json(meta) if meta.exists() else None
     prof = get_profile(profile)
     key = models_key(prof)
     if old is not None and (old['profile'].get('name') != prof.name or old.get('models_key') != key):
-        raise ValueError(f"run {name!r} was made with other models (profile {old['profile'].get('name')!r}, models {old.get('models_key')!r}; "
-                         f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}")
+        raise ValueError(
+            f"run {name!r} was made with other models (profile {old['profile'].get('name')!r}, models {old.get('models_key')!r}; "
+            f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}"
+        )
     limit = eval_limit if eval_limit is not None else (60 if quick else None)
     inputs = run_inputs(prof, key, limit, judge)
-    if old is not None: check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
-    run = Run(name, prof, quick, limit, device, key, workers, judge, batch_size, keep_merges, stable_hash(inputs), executor, address,
-              shared_dir and str(Path(shared_dir).expanduser().absolute()))
-    write_json(meta, dict(profile=asdict(prof), quick=run.quick, eval_limit=run.eval_limit, models_key=key, judge=judge,
-                          inputs=inputs, content_key=run.content_key, shared_dir=run.shared_dir))
+    if old is not None:
+        check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
+    run = Run(
+        name,
+        prof,
+        quick,
+        limit,
+        device,
+        key,
+        workers,
+        judge,
+        batch_size,
+        keep_merges,
+        stable_hash(inputs),
+        executor,
+        address,
+        shared_dir and str(Path(shared_dir).expanduser().absolute()),
+    )
+    write_json(
+        meta,
+        dict(
+            profile=asdict(prof),
+            quick=run.quick,
+            eval_limit=run.eval_limit,
+            models_key=key,
+            judge=judge,
+            inputs=inputs,
+            content_key=run.content_key,
+            shared_dir=run.shared_dir,
+        ),
+    )
     return run
 
-def open_run(name: str, # an existing run's name
-             device: str|None = None, # where models would run
-            ) -> Run:
+
+def open_run(
+    name: str,  # an existing run's name
+    device: str | None = None,  # where models would run
+) -> Run:
     "Reopen run `name` from its `run.json`, without building or loading anything."
     check_run_args(name, None)
-    meta = run_dir(name)/'run.json'
+    meta = run_dir(name) / 'run.json'
     if not meta.exists():
-        raise FileNotFoundError(f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)")
+        raise FileNotFoundError(
+            f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)"
+        )
     m = read_run_json(meta)
-    try: prof = Profile(**m['profile'])
-    except TypeError as e: raise ValueError(f"{meta}: its profile is not one this version reads ({e}); use another run name") from None
-    return Run(name, prof, m.get('quick', False), m.get('eval_limit'), device, m.get('models_key', ''), judge=m.get('judge'),
-               content_key=m.get('content_key', ''), shared_dir=m.get('shared_dir'))
+    try:
+        prof = Profile(**m['profile'])
+    except TypeError as e:
+        raise ValueError(f"{meta}: its profile is not one this version reads ({e}); use another run name") from None
+    return Run(
+        name,
+        prof,
+        m.get('quick', False),
+        m.get('eval_limit'),
+        device,
+        m.get('models_key', ''),
+        judge=m.get('judge'),
+        content_key=m.get('content_key', ''),
+        shared_dir=m.get('shared_dir'),
+    )
 
 # %% ../nbs/15_runs.ipynb #49196aa2
 def _grid(run: Run) -> dict:
     "The full merge grid of the run's checkpoints (computed once per run)."
-    if 'grid' not in run._memo: run._memo['grid'] = sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype)
+    if 'grid' not in run._memo:
+        run._memo['grid'] = sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype)
     return run._memo['grid']
 
-def merge_hash(run: Run, # the run
-               merge: str, # a configuration name of the grid
-              ) -> str:
+
+def merge_hash(
+    run: Run,  # the run
+    merge: str,  # a configuration name of the grid
+) -> str:
     "A hash of the configuration `merge` names for this run's checkpoints ('?name' for a name the grid lacks: it matches nothing)."
     hashes, grid = run._memo.setdefault('merge_hash', {}), _grid(run)
-    if merge not in hashes: hashes[merge] = stable_hash(config_by_role(grid[merge], run.profile.paths)) if merge in grid else f'?{merge}'
+    if merge not in hashes:
+        hashes[merge] = stable_hash(config_by_role(grid[merge], run.profile.paths)) if merge in grid else f'?{merge}'
     return hashes[merge]
 
-def row_source(run: Run, # the run
-               role: str, # the row's role: 'base', 'expert', 'merged' or 'surgered'
-               merge: str, # its merge_config (a model's role for 'base' and 'expert')
-              ) -> str:
+
+def row_source(
+    run: Run,  # the run
+    role: str,  # the row's role: 'base', 'expert', 'merged' or 'surgered'
+    merge: str,  # its merge_config (a model's role for 'base' and 'expert')
+) -> str:
     "The `source` column of a row: a hash of the run's inputs and, for a merged model, its configuration ('' for a run made by hand)."
-    return source_key(run.content_key, merge_hash(run, merge) if run.content_key and role in ('merged', 'surgered') else '')
+    return source_key(
+        run.content_key, merge_hash(run, merge) if run.content_key and role in ('merged', 'surgered') else ''
+    )
+
 
 def _current(run: Run, df: pd.DataFrame) -> pd.DataFrame:
     "The rows of `df` computed from this run's inputs (a row from other inputs is never taken for one of these)."
-    if df.empty: return df
+    if df.empty:
+        return df
     want = {(r, m): row_source(run, r, m) for r, m in set(zip(df.role, df.merge_config))}
     return df[[s == want[(r, m)] for r, m, s in zip(df.role, df.merge_config, df.source)]]
 
-def recorded(run: Run, # the run
-             **key, # column values the rows must have
-            ) -> pd.DataFrame:
+
+def recorded(
+    run: Run,  # the run
+    **key,  # column values the rows must have
+) -> pd.DataFrame:
     "Rows of the run's store matching `key` and computed from the run's inputs (empty when none)."
-    try: df = load_results(run.dir)
-    except FileNotFoundError: return pd.DataFrame(columns=list(RESULT_COLUMNS))
-    for k, v in key.items(): df = df[df[k] == v]
+    try:
+        df = load_results(run.dir)
+    except FileNotFoundError:
+        return pd.DataFrame(columns=list(RESULT_COLUMNS))
+    for k, v in key.items():
+        df = df[df[k] == v]
     return _current(run, df)
 
-def recorded_items(run: Run, # the run
-                   **key, # column values the items must have
-                  ) -> pd.DataFrame:
+
+def recorded_items(
+    run: Run,  # the run
+    **key,  # column values the items must have
+) -> pd.DataFrame:
     "Per-item scores of the run's store matching `key` and computed from the run's inputs (empty when none)."
     return _current(run, load_items(run.dir, **key))
 
-def evaluate_in_run(run: Run, # the run
-                    model, tok, # the model (a surgery module attached, if any) and its tokenizer
-                    domains, # the domains to score
-                    key: dict, # the store columns that say what is scored (they name its AlpacaEval outputs)
-                    n_calib: int = 50, # paper profile: calibration items kept out of the scored part
-                   ) -> 'pd.DataFrame':
+
+def evaluate_in_run(
+    run: Run,  # the run
+    model,
+    tok,  # the model (a surgery module attached, if any) and its tokenizer
+    domains,  # the domains to score
+    key: dict,  # the store columns that say what is scored (they name its AlpacaEval outputs)
+    n_calib: int = 50,  # paper profile: calibration items kept out of the scored part
+) -> 'pd.DataFrame':
     "`evaluate.evaluate_model` with the run's options: its tasks, eval limit, batch size, judge, and AlpacaEval outputs under runs/<name>/alpaca_eval."
     name = '_'.join(str(v) for v in key.values() if v not in (None, ''))
-    return evaluate_model(model, tok, list(domains), profile=run.eval_profile, limit=run.eval_limit, batch_size=run.eval_batch_size,
-                          judge=run.judge, out_dir=run.shared/'alpaca_eval', generator=re.sub(r'[^\w.+-]', '-', name), n_calib=n_calib)
+    return evaluate_model(
+        model,
+        tok,
+        list(domains),
+        profile=run.eval_profile,
+        limit=run.eval_limit,
+        batch_size=run.eval_batch_size,
+        judge=run.judge,
+        out_dir=run.shared / 'alpaca_eval',
+        generator=re.sub(r'[^\w.+-]', '-', name),
+        n_calib=n_calib,
+    )
 
-def score_job(run: Run, # the run
-              path: str, # a checkpoint
-              domains, # the domains to score
-              key: dict, # the store columns that say what was scored
-             ) -> dict:
+
+def score_job(
+    run: Run,  # the run
+    path: str,  # a checkpoint
+    domains,  # the domains to score
+    key: dict,  # the store columns that say what was scored
+) -> dict:
     "Evaluate a checkpoint on `domains` through lm-eval: the rows and items to record under `key`."
     model, tok = run.model(path)
     df = evaluate_in_run(run, model, tok, domains, key)
     return dict(key=key, rows=df.to_dict('records'), items=df.attrs['items'].to_dict('records'))
 
-def record_job(run: Run, # the run
-               result: dict, # a job's key, rows and items
-              ) -> None:
+
+def record_job(
+    run: Run,  # the run
+    result: dict,  # a job's key, rows and items
+) -> None:
     "Write a job's result into the run's store (one transaction)."
     key = result['key']
-    record(run.dir, result['rows'], items=result['items'], profile=run.profile.name,
-           source=row_source(run, key.get('role', ''), key.get('merge_config', '')), **key)
+    record(
+        run.dir,
+        result['rows'],
+        items=result['items'],
+        profile=run.profile.name,
+        source=row_source(run, key.get('role', ''), key.get('merge_config', '')),
+        **key,
+    )
 
 # %% ../nbs/15_runs.ipynb #f0b1c2c1
-def run_jobs(run: Run, # the run
-             jobs: list[Job], # the stage's jobs (darts_nb.executors.Job)
-             desc: str, # the progress bar's label
-             record: bool = True, # record each result in the run's store (False: return them, as for merges)
-            ) -> list:
+def run_jobs(
+    run: Run,  # the run
+    jobs: list[Job],  # the stage's jobs (darts_nb.executors.Job)
+    desc: str,  # the progress bar's label
+    record: bool = True,  # record each result in the run's store (False: return them, as for merges)
+) -> list:
     "Compute the jobs with the run's executor; the driver records each result as it arrives and the failures in failed_jobs.json."
     on_result = (lambda res: record_job(run, res)) if record else None
-    return execute(run.jobs_executor, run, jobs, desc, on_result, failures=run.dir/'failed_jobs.json')
+    return execute(run.jobs_executor, run, jobs, desc, on_result, failures=run.dir / 'failed_jobs.json')
 
 # %% ../nbs/15_runs.ipynb #49196aa3
-def task_rows(run: Run, # the run
-              **key, # column values the rows must have
-             ) -> pd.DataFrame:
+def task_rows(
+    run: Run,  # the run
+    **key,  # column values the rows must have
+) -> pd.DataFrame:
     "The matching rows that hold a domain's task score."
     df = recorded(run, **key)
     return df[df.metric.isin(list(METRICS.values()))] if len(df) else df
 
 # %% ../nbs/15_runs.ipynb #7c2ae9e1
-def stage_experts(run: Run # the run
-                 ) -> None:
+def stage_experts(
+    run: Run,  # the run
+) -> None:
     "Score the base and each expert on every domain (skipped when recorded)."
     keys = {role: dict(role='base' if role == 'base' else 'expert', merge_config=role) for role in run.profile.paths}
-    run_jobs(run, [Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}') for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))], 'experts')
+    run_jobs(
+        run,
+        [
+            Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}')
+            for r, p in run.profile.paths.items()
+            if not len(recorded(run, **keys[r]))
+        ],
+        'experts',
+    )
 
-def experts_table(run: Run # the run
-                 ) -> pd.DataFrame:
+
+def experts_table(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Scores (%) of the base and the experts: rows model, columns domain."
     df = task_rows(run)
     df = df[df.role.isin(['base', 'expert'])] if len(df) else df
-    if df.empty: return pd.DataFrame()
+    if df.empty:
+        return pd.DataFrame()
     t = df.pivot_table(index='merge_config', columns='domain', values='value')
-    return t.reindex(index=[r for r in run.profile.paths if r in t.index], columns=list(DOMAINS)).rename_axis(index='model', columns=None)
+    return t.reindex(index=[r for r in run.profile.paths if r in t.index], columns=list(DOMAINS)).rename_axis(
+        index='model', columns=None
+    )
 
 # %% ../nbs/15_runs.ipynb #519f5bf1
-def merges_dir(run: Run # the run
-              ) -> Path:
+def merges_dir(
+    run: Run,  # the run
+) -> Path:
     "Where a profile's merges live: shared by the runs of the same checkpoints, never by runs of other ones."
-    return run.home/'merges'/(f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
+    return run.home / 'merges' / (f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
 
-def sweep_grid(run: Run # the run
-              ) -> dict[str, dict]:
+
+def sweep_grid(
+    run: Run,  # the run
+) -> dict[str, dict]:
     "The run's merge configurations: the full grid, or `merge.QUICK` with `run.quick`."
     base, experts = run.profile.base, run.profile.experts
-    return quick_configs(base, experts, out_dtype=run.merge_dtype) if run.quick else sweep_configs(base, experts, out_dtype=run.merge_dtype)
+    return (
+        quick_configs(base, experts, out_dtype=run.merge_dtype)
+        if run.quick
+        else sweep_configs(base, experts, out_dtype=run.merge_dtype)
+    )
 
 # %% ../nbs/15_runs.ipynb #a25f7fb4
-def _configs(run: Run, names: list[str]|None) -> dict:
+def _configs(run: Run, names: list[str] | None) -> dict:
     "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
-    if names is None: return sweep_grid(run)
+    if names is None:
+        return sweep_grid(run)
     return pick_configs(sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype), names)
 
-def merge_state(run: Run, # the run
-                merge: str, # a configuration name of the grid
-               ) -> str:
+
+def merge_state(
+    run: Run,  # the run
+    merge: str,  # a configuration name of the grid
+) -> str:
     "'ready' (finished, of the configuration this run's grid names so), 'missing', 'unfinished', or 'other' (finished, of another configuration)."
-    path = merges_dir(run)/merge
-    if not is_finished(path): return 'unfinished' if path.exists() else 'missing'
+    path = merges_dir(run) / merge
+    if not is_finished(path):
+        return 'unfinished' if path.exists() else 'missing'
     cfg = _grid(run).get(merge)
     return 'ready' if cfg is not None and _same_config(path, cfg) else 'other'
 
-def need_merge(run: Run, # the run
-               merge: str, # a configuration name of the grid
-              ) -> Path:
+
+def need_merge(
+    run: Run,  # the run
+    merge: str,  # a configuration name of the grid
+) -> Path:
     "The directory of merge `merge`, made if missing; a clear error when it holds another configuration or could not be made."
-    if merge_state(run, merge) in ('missing', 'unfinished'): stage_merges(run, [merge])
-    state, path = merge_state(run, merge), merges_dir(run)/merge
-    if state == 'other': raise ValueError(f"merge {merge!r}: {path} holds another configuration than this run's grid names so; delete it to merge again")
-    if state != 'ready': raise ValueError(f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again")
+    if merge_state(run, merge) in ('missing', 'unfinished'):
+        stage_merges(run, [merge])
+    state, path = merge_state(run, merge), merges_dir(run) / merge
+    if state == 'other':
+        raise ValueError(
+            f"merge {merge!r}: {path} holds another configuration than this run's grid names so; delete it to merge again"
+        )
+    if state != 'ready':
+        raise ValueError(
+            f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again"
+        )
     return path
 
-def stage_merges(run: Run, # the run
-                 names: list[str]|None = None, # configurations of the grid to merge (None: the run's sweep)
-                ) -> pd.DataFrame:
+
+def stage_merges(
+    run: Run,  # the run
+    names: list[str] | None = None,  # configurations of the grid to merge (None: the run's sweep)
+) -> pd.DataFrame:
     "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
     cfgs = _configs(run, names)
     check_configs(cfgs)  # once, in the driver: bad input raises before any job
@@ -327,85 +519,130 @@ def stage_merges(run: Run, # the run
     res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
     record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
     failed = res[res.status == 'failed']
-    if len(failed): print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
+    if len(failed):
+        print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
     return res
 
-def merge_job(run: Run, # the run
-              name: str, # a configuration of the grid
-              cfg: dict, # its mergekit configuration
-             ) -> pd.DataFrame:
+
+def merge_job(
+    run: Run,  # the run
+    name: str,  # a configuration of the grid
+    cfg: dict,  # its mergekit configuration
+) -> pd.DataFrame:
     "Make one merge in the run's merges folder (its failure is recorded by the driver); returns its row of `run_merges`' table."
     return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False, check=False)
 
 # %% ../nbs/15_runs.ipynb #519f5bf2
-def score_merges(run: Run, # the run
-                 names: list[str]|None = None, # configurations of the grid to score (None: the run's sweep)
-                ) -> None:
+def score_merges(
+    run: Run,  # the run
+    names: list[str] | None = None,  # configurations of the grid to score (None: the run's sweep)
+) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
-    todo = [n for n in _configs(run, names) if merge_state(run, n) == 'ready' and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
-    run_jobs(run, [Job(score_job, (str(merges_dir(run)/n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}') for n in todo], 'evaluate merges')
+    todo = [
+        n
+        for n in _configs(run, names)
+        if merge_state(run, n) == 'ready' and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))
+    ]
+    run_jobs(
+        run,
+        [
+            Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
+            for n in todo
+        ],
+        'evaluate merges',
+    )
 
-def stage_sweep(run: Run, # the run
-                names: list[str]|None = None, # configurations (None: the whole sweep)
-               ) -> None:
+
+def stage_sweep(
+    run: Run,  # the run
+    names: list[str] | None = None,  # configurations (None: the whole sweep)
+) -> None:
     "Merge, then score, the sweep; without `run.keep_merges`, a few at a time, each deleted once scored (disk holds `workers` merges, not the sweep)."
-    if run.keep_merges: stage_merges(run, names); score_merges(run, names); return
+    if run.keep_merges:
+        stage_merges(run, names)
+        score_merges(run, names)
+        return
     todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
     for i in tqdm(range(0, len(todo), run.workers), desc='sweep (merge, score, delete)'):
-        part = todo[i:i + run.workers]
-        stage_merges(run, part); score_merges(run, part)
-        for n in part: shutil.rmtree(merges_dir(run)/n, ignore_errors=True)
+        part = todo[i : i + run.workers]
+        stage_merges(run, part)
+        score_merges(run, part)
+        for n in part:
+            shutil.rmtree(merges_dir(run) / n, ignore_errors=True)
 
 # %% ../nbs/15_runs.ipynb #519f5bf3
-def sweep_table(run: Run # the run
-               ) -> pd.DataFrame:
+def sweep_table(
+    run: Run,  # the run
+) -> pd.DataFrame:
     "Every evaluated merge: family, score per domain and the mean, best first."
     df = task_rows(run, role='merged', surgery_kind='')
-    if df.empty: return pd.DataFrame()
+    if df.empty:
+        return pd.DataFrame()
     t = df.pivot_table(index='merge_config', columns='domain', values='value').reindex(columns=list(DOMAINS))
     t = t.assign(mean=t.mean(axis=1), family=[FAMILY_NAMES[family(n)] for n in t.index])
     return t.sort_values('mean', ascending=False).rename_axis(index='merge', columns=None)
 
-def best_merges(run: Run # the run
-               ) -> dict[str, str]:
+
+def best_merges(
+    run: Run,  # the run
+) -> dict[str, str]:
     "Family name -> best configuration by mean score across domains (the paper's rule), in table 1's order."
     df = task_rows(run, role='merged', surgery_kind='')
-    if df.empty: raise ValueError(f"run {run.name!r} has no evaluated merges: run the 'sweep' experiment first")
-    best = best_per_method(df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']])
+    if df.empty:
+        raise ValueError(f"run {run.name!r} has no evaluated merges: run the 'sweep' experiment first")
+    best = best_per_method(
+        df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']]
+    )
     return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
 
 # %% ../nbs/15_runs.ipynb #8adbd538
-def calib_texts(run: Run, # the run
-                domain: str, # one of DOMAINS
-                n: int = 50, # texts wanted
-                seed: int = 0, # calibration seed
-                split: str = 'calib', # 'calib', or 'eval' for held-out text
-                mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
-               ) -> tuple[list[str], list|None]:
+def calib_texts(
+    run: Run,  # the run
+    domain: str,  # one of DOMAINS
+    n: int = 50,  # texts wanted
+    seed: int = 0,  # calibration seed
+    split: str = 'calib',  # 'calib', or 'eval' for held-out text
+    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
+) -> tuple[list[str], list | None]:
     "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
     return item_texts(run.eval_profile, domain, calib_items(domain, n, seed, split, run.eval_profile), split, mode)
 
-def domain_cache(run: Run, # the run
-                 merge: str, # a merge of the run's sweep
-                 domain: str, # one of DOMAINS (its expert is the target)
-                 split: str = 'calib', # 'calib' or 'eval' (held-out)
-                 n: int = 50, # texts
-                 seed: int = 0, # calibration seed
-                 mode: str = 'prompt', # calibration text: 'prompt' or 'prompt+reference'
-                ):
+
+def domain_cache(
+    run: Run,  # the run
+    merge: str,  # a merge of the run's sweep
+    domain: str,  # one of DOMAINS (its expert is the target)
+    split: str = 'calib',  # 'calib' or 'eval' (held-out)
+    n: int = 50,  # texts
+    seed: int = 0,  # calibration seed
+    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
+):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text, in the seed's order (built once)."
     need_merge(run, merge)
     items = calib_items(domain, n, seed, split, run.eval_profile)
-    order = sorted(range(len(items)), key=lambda i: items[i]['id'])  # the same set in any order is one cache: seeds that only reorder share it
+    order = sorted(
+        range(len(items)), key=lambda i: items[i]['id']
+    )  # the same set in any order is one cache: seeds that only reorder share it
     texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split, mode)
-    c = get_or_build_cache(merges_dir(run)/merge, run.profile.experts[domain], texts, max_len=512, device=run.device,
-                           root=run.home/'caches', progress=False, models=run.model, spans=spans)
+    c = get_or_build_cache(
+        merges_dir(run) / merge,
+        run.profile.experts[domain],
+        texts,
+        max_len=512,
+        device=run.device,
+        root=run.home / 'caches',
+        progress=False,
+        models=run.model,
+        spans=spans,
+    )
     where = {i: k for k, i in enumerate(order)}
     return c[[where[i] for i in range(len(items))]]
 
-def cache_job(run: Run, # the run
-              *args, # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
-             ) -> None:
+
+def cache_job(
+    run: Run,  # the run
+    *args,  # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
+) -> None:
     "Build one hidden-state cache in the shared folder, for the arms that read it (nothing to record)."
     domain_cache(run, *args)
 
@@ -414,69 +651,133 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
     "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
     cache = domain_cache(run, merge, domain, 'calib', arm.calib_n, arm.seed, arm.calib_text)
     set_seed(arm.seed)
-    module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank, vocab_size=merged.config.vocab_size).to(cache.device)
-    hist = train_surgery(module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False)
+    module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank, vocab_size=merged.config.vocab_size).to(
+        cache.device
+    )
+    hist = train_surgery(
+        module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False
+    )
     module.eval()
-    save_surgery(module, run.shared/'surgery'/merge/domain/arm.dirname, merged_model=str(merges_dir(run)/merge),
-                 expert=(run.profile.hub_ids or {}).get(domain) or str(run.profile.experts[domain]), domain=domain, loss=arm.loss, seed=arm.seed)
+    save_surgery(
+        module,
+        run.shared / 'surgery' / merge / domain / arm.dirname,
+        merged_model=str(merges_dir(run) / merge),
+        expert=(run.profile.hub_ids or {}).get(domain) or str(run.profile.experts[domain]),
+        domain=domain,
+        loss=arm.loss,
+        seed=arm.seed,
+    )
     return module, hist[-1]
 
-def run_arm(run: Run, # the run
-            merge: str, # a merge of the run's sweep
-            domain: str, # one of DOMAINS
-            arm: Arm, # the surgery configuration
-           ) -> pd.DataFrame:
+
+def run_arm(
+    run: Run,  # the run
+    merge: str,  # a merge of the run's sweep
+    domain: str,  # one of DOMAINS
+    arm: Arm,  # the surgery configuration
+) -> pd.DataFrame:
     "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
     key = dict(merge_config=merge, domain=domain, **arm.key())
-    if not len(recorded(run, **key)): record_job(run, arm_job(run, merge, domain, arm, sweep_scores(run, merge, domain) if arm.kind == 'none' else None))
+    if not len(recorded(run, **key)):
+        record_job(
+            run, arm_job(run, merge, domain, arm, sweep_scores(run, merge, domain) if arm.kind == 'none' else None)
+        )
     return recorded(run, **key)
 
-def arm_job(run: Run, # the run
-            merge: str, # a merge of the run's sweep
-            domain: str, # one of DOMAINS
-            arm: Arm, # the surgery configuration
-            scored: tuple|None = None, # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
-           ) -> dict:
+
+def arm_job(
+    run: Run,  # the run
+    merge: str,  # a merge of the run's sweep
+    domain: str,  # one of DOMAINS
+    arm: Arm,  # the surgery configuration
+    scored: tuple
+    | None = None,  # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
+) -> dict:
     "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
     key = dict(merge_config=merge, domain=domain, **arm.key())
     need_merge(run, merge)
-    merged, tok = run.model(merges_dir(run)/merge)
+    merged, tok = run.model(merges_dir(run) / merge)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
     held = domain_cache(run, merge, domain, 'eval')
     n = int(held.mask.sum())
-    if arm.kind == 'none': module, rows, items = None, [], []
+    if arm.kind == 'none':
+        module, rows, items = None, [], []
     else:
         module, final = _train_arm(run, merge, domain, arm, merged, head)
-        before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)  # per held-out prompt: Eq. 7's sums
-        rows = [dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n), dict(metric='final_loss', value=final, n=arm.iters)]
+        before, after = (
+            token_bias(held).nansum(1),
+            token_bias(held, module).nansum(1),
+        )  # per held-out prompt: Eq. 7's sums
+        rows = [
+            dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n),
+            dict(metric='final_loss', value=final, n=arm.iters),
+        ]
         ids = [it['id'] for it in calib_items(domain, len(held), split='eval', profile=run.eval_profile)]
-        items = [dict(metric=m, item=i, value=float(v)) for m, b in (('l1_before', before), ('l1_after', after)) for i, v in zip(ids, b.tolist())]
+        items = [
+            dict(metric=m, item=i, value=float(v))
+            for m, b in (('l1_before', before), ('l1_after', after))
+            for i, v in zip(ids, b.tolist())
+        ]
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
     if scored is None or module is not None:
-        with surgery(merged, module): df = evaluate_in_run(run, merged, tok, [domain], key, n_calib=max(50, arm.calib_n))
-        scored = df.drop(columns=['domain']).to_dict('records'), df.attrs['items'].drop(columns=['domain']).to_dict('records')
+        with surgery(merged, module):
+            df = evaluate_in_run(run, merged, tok, [domain], key, n_calib=max(50, arm.calib_n))
+        scored = (
+            df.drop(columns=['domain']).to_dict('records'),
+            df.attrs['items'].drop(columns=['domain']).to_dict('records'),
+        )
     return dict(key=key, rows=rows + scored[0], items=items + scored[1])
 
-def sweep_scores(run: Run, # the run
-                 merge: str, # a merge the sweep scored
-                 domain: str, # one of DOMAINS
-                ) -> tuple[list, list]|None:
+
+def sweep_scores(
+    run: Run,  # the run
+    merge: str,  # a merge the sweep scored
+    domain: str,  # one of DOMAINS
+) -> tuple[list, list] | None:
     "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores, not computed twice; None when absent."
     key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
-    df = recorded(run, **key)  # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
+    df = recorded(
+        run, **key
+    )  # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
     its = recorded_items(run, **key)
-    if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()): return None  # a score without its items: evaluate again
-    return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict('records')
+    if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()):
+        return None  # a score without its items: evaluate again
+    return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict(
+        'records'
+    )
 
-def arms_over(run: Run, # the run
-              merges: list[str], # merges to run the arms on
-              arms: list[Arm], # the arms
-              desc: str, # the progress bar's label
-             ) -> None:
+
+def arms_over(
+    run: Run,  # the run
+    merges: list[str],  # merges to run the arms on
+    arms: list[Arm],  # the arms
+    desc: str,  # the progress bar's label
+) -> None:
     "Run every (merge, arm, domain) not yet recorded as a job, after the merges and caches they read (each a job too)."
     missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
-    if missing: stage_merges(run, missing)  # before any job needs them
-    todo = [(m, d, a) for m in dict.fromkeys(merges) for a in arms for d in DOMAINS if not len(recorded(run, merge_config=m, domain=d, **a.key()))]
-    caches = dict.fromkeys(c for m, d, a in todo for c in [(m, d, 'eval', 50, 0, 'prompt')] + [(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] * (a.kind != 'none'))
-    run_jobs(run, [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches], f'{desc}: caches', record=False)
-    run_jobs(run, [Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}') for m, d, a in todo], desc)
+    if missing:
+        stage_merges(run, missing)  # before any job needs them
+    todo = [
+        (m, d, a)
+        for m in dict.fromkeys(merges)
+        for a in arms
+        for d in DOMAINS
+        if not len(recorded(run, merge_config=m, domain=d, **a.key()))
+    ]
+    caches = dict.fromkeys(
+        c
+        for m, d, a in todo
+        for c in [(m, d, 'eval', 50, 0, 'prompt')]
+        + [(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] * (a.kind != 'none')
+    )
+    run_jobs(
+        run, [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches], f'{desc}: caches', record=False
+    )
+    run_jobs(
+        run,
+        [
+            Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
+            for m, d, a in todo
+        ],
+        desc,
+    )

@@ -6,7 +6,11 @@ Docs: https://darts-nb.github.io/darts_nb/sandbox.html.md"""
 
 # %% ../nbs/01_sandbox.ipynb #0da42566
 from __future__ import annotations
-import os, json, time, select, subprocess
+import os
+import json
+import time
+import select
+import subprocess
 from dataclasses import dataclass
 from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
 from .containment import SandboxUnavailable, sandbox_python, sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
@@ -18,94 +22,151 @@ __all__ = ['CodeResult', 'run_code', 'encode_value', 'decode_value', 'CheckResul
 @dataclass
 class CodeResult:
     "What happened to one sandboxed program."
-    passed: bool     # the caller's trusted `tests` passed in the checker (a program alone is never `passed`)
-    status: str      # with tests: 'passed', 'failed', 'unsupported'; without: 'exited' (status 0) or 'failed'; either: 'timeout', 'error'
-    stdout: str      # the program's stdout, truncated
-    stderr: str      # the program's stderr, truncated
-    seconds: float   # wall-clock seconds
-    returncode: int|None  # the exit status if the program ended by itself (negative: killed by that signal), else None
-    sandbox: tuple = ()   # the layers that were applied to this run
-    uid: int|None = None  # the uid the program ran as (all its processes are killed afterwards)
-    detail: str = ''      # with tests: what failed, in one line
+
+    passed: bool  # the caller's trusted `tests` passed in the checker (a program alone is never `passed`)
+    status: str  # with tests: 'passed', 'failed', 'unsupported'; without: 'exited' (status 0) or 'failed'; either: 'timeout', 'error'
+    stdout: str  # the program's stdout, truncated
+    stderr: str  # the program's stderr, truncated
+    seconds: float  # wall-clock seconds
+    returncode: (
+        int | None
+    )  # the exit status if the program ended by itself (negative: killed by that signal), else None
+    sandbox: tuple = ()  # the layers that were applied to this run
+    uid: int | None = None  # the uid the program ran as (all its processes are killed afterwards)
+    detail: str = ''  # with tests: what failed, in one line
 
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
-def run_code(program: str, # Python source (untrusted): a completion, possibly with its own asserts
-             timeout: float = 10.0, # wall-clock seconds before the program is killed
-             memory_mb: int = 1024, # address-space limit (RLIMIT_AS) in MiB
-             max_procs: int = 32, # process/thread limit (RLIMIT_NPROC) for the run
-             output_kb: int = 4, # stdout/stderr kept in the result, in KiB
-             file_mb: int = 16, # largest file (and captured output) the program may write, in MiB
-             tests: str|None = None, # trusted test code, run here against the program's names; without it there is no verdict
-             scratch_mb: int = 64, # the scratch directory's total size, in MiB
-             allow_unsafe: bool|None = None, # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
-            ) -> CodeResult:
+def run_code(
+    program: str,  # Python source (untrusted): a completion, possibly with its own asserts
+    timeout: float = 10.0,  # wall-clock seconds before the program is killed
+    memory_mb: int = 1024,  # address-space limit (RLIMIT_AS) in MiB
+    max_procs: int = 32,  # process/thread limit (RLIMIT_NPROC) for the run
+    output_kb: int = 4,  # stdout/stderr kept in the result, in KiB
+    file_mb: int = 16,  # largest file (and captured output) the program may write, in MiB
+    tests: str | None = None,  # trusted test code, run here against the program's names; without it there is no verdict
+    scratch_mb: int = 64,  # the scratch directory's total size, in MiB
+    allow_unsafe: bool
+    | None = None,  # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+) -> CodeResult:
     "Run `program` in a fresh sandboxed interpreter; with `tests`, the checker's verdict on it."
-    if not isinstance(program, str): raise TypeError(f'program: expected str, got {type(program).__name__}')
-    if tests is not None and not isinstance(tests, str): raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
-    if not timeout > 0: raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
-    lims = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe)
+    if not isinstance(program, str):
+        raise TypeError(f'program: expected str, got {type(program).__name__}')
+    if tests is not None and not isinstance(tests, str):
+        raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
+    if not timeout > 0:
+        raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+    lims = dict(
+        memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe
+    )
     if tests is not None:
-        def check(remote): exec(compile(tests, '<tests>', 'exec'), remote.namespace())
+
+        def check(remote):
+            exec(compile(tests, '<tests>', 'exec'), remote.namespace())
+
         r = _serve_and_check(program, check, timeout, output_kb, **lims)
-        return CodeResult(r['status'] == 'passed', r['status'], r['out'], r['err'], r['seconds'], r['rc'], r['layers'], r['uid'], r['detail'])
+        return CodeResult(
+            r['status'] == 'passed',
+            r['status'],
+            r['out'],
+            r['err'],
+            r['seconds'],
+            r['rc'],
+            r['layers'],
+            r['uid'],
+            r['detail'],
+        )
     t0 = time.monotonic()
     with _sandboxed(program, timeout, **lims) as (p, box):
         timed_out = False
-        try: p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired: timed_out = True
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
         seconds = time.monotonic() - t0
         _kill(p)  # background children too, before the output is read
         out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
         layers, uid = _layers(box), p.uid
     _refused(err)
     rc = None if timed_out else p.returncode
-    if timed_out: status = 'timeout'
-    elif rc == 0: status = 'exited'
-    elif rc == 125 and b'darts sandbox:' in err: status = 'error'
-    elif rc < 0: status = 'error'
+    if timed_out:
+        status = 'timeout'
+    elif rc == 0:
+        status = 'exited'
+    elif rc == 125 and b'darts sandbox:' in err:
+        status = 'error'
+    elif rc < 0:
+        status = 'error'
     else:
         last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
         status = 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
-    return CodeResult(False, status, _truncate(out, output_kb << 10), _truncate(err, output_kb << 10), round(seconds, 3), rc, layers, uid)
+    return CodeResult(
+        False,
+        status,
+        _truncate(out, output_kb << 10),
+        _truncate(err, output_kb << 10),
+        round(seconds, 3),
+        rc,
+        layers,
+        uid,
+    )
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
-def encode_value(v, # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
-                 depth: int = 0, # nesting so far
-                ):
+def encode_value(
+    v,  # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
+    depth: int = 0,  # nesting so far
+):
     "A JSON-ready form of a plain value; tuples, sets, dicts and non-finite floats are tagged (TypeError for any other type)."
-    if depth > 100: raise ValueError('value nested more than 100 deep')
+    if depth > 100:
+        raise ValueError('value nested more than 100 deep')
     t = type(v)
-    if v is None or t in (bool, int, str): return v
-    if t is float: return v if v == v and v not in (float('inf'), float('-inf')) else {'$f': repr(v)}
-    if t is list: return [encode_value(x, depth + 1) for x in v]
-    if t is tuple: return {'$t': [encode_value(x, depth + 1) for x in v]}
-    if t in (set, frozenset): return {'$s' if t is set else '$fs': [encode_value(x, depth + 1) for x in v]}
-    if t is dict: return {'$d': [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]}
+    if v is None or t in (bool, int, str):
+        return v
+    if t is float:
+        return v if v == v and v not in (float('inf'), float('-inf')) else {'$f': repr(v)}
+    if t is list:
+        return [encode_value(x, depth + 1) for x in v]
+    if t is tuple:
+        return {'$t': [encode_value(x, depth + 1) for x in v]}
+    if t in (set, frozenset):
+        return {'$s' if t is set else '$fs': [encode_value(x, depth + 1) for x in v]}
+    if t is dict:
+        return {'$d': [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]}
     raise TypeError(f'unsupported type {t.__name__}')
 
-def decode_value(o, # parsed JSON from `encode_value`
-                 depth: int = 0, # nesting so far
-                ):
+
+def decode_value(
+    o,  # parsed JSON from `encode_value`
+    depth: int = 0,  # nesting so far
+):
     "The plain value `encode_value` encoded; builds only builtins, executes nothing (ValueError on anything else)."
-    if depth > 100: raise ValueError('value nested more than 100 deep')
+    if depth > 100:
+        raise ValueError('value nested more than 100 deep')
     t = type(o)
-    if o is None or t in (bool, int, float, str): return o
-    if t is list: return [decode_value(x, depth + 1) for x in o]
+    if o is None or t in (bool, int, float, str):
+        return o
+    if t is list:
+        return [decode_value(x, depth + 1) for x in o]
     if t is dict and len(o) == 1:
-        (k, v), = o.items()
-        if k == '$f' and v in ('nan', 'inf', '-inf'): return float(v)
+        ((k, v),) = o.items()
+        if k == '$f' and v in ('nan', 'inf', '-inf'):
+            return float(v)
         if k in ('$t', '$s', '$fs', '$d') and type(v) is list:
             items = [decode_value(x, depth + 1) for x in v]
-            if k == '$t': return tuple(items)
-            if k == '$s': return set(items)
-            if k == '$fs': return frozenset(items)
-            if all(type(p) is list and len(p) == 2 for p in items): return {a: b for a, b in items}
+            if k == '$t':
+                return tuple(items)
+            if k == '$s':
+                return set(items)
+            if k == '$fs':
+                return frozenset(items)
+            if all(type(p) is list and len(p) == 2 for p in items):
+                return {a: b for a, b in items}
     raise ValueError(f'not an encoded plain value: {str(o)[:80]}')
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c03
 @dataclass
 class CheckResult:
     "The trusted checker's verdict on one completion."
+
     passed: bool  # the benchmark's tests ran to their end in the checker
     status: str  # 'passed', 'failed', 'timeout', 'error' (the candidate died or never answered) or 'unsupported'
     detail: str  # what failed, in one line
@@ -113,12 +174,18 @@ class CheckResult:
     calls: int  # calls answered by the sandboxed candidate
     stderr: str = ''  # the candidate's stderr, truncated
 
+
 class _Outcome(Exception):
     "A verdict decided by the candidate's side: status and detail."
-    def __init__(self, status: str, detail: str): super().__init__(detail); self.status = status
+
+    def __init__(self, status: str, detail: str):
+        super().__init__(detail)
+        self.status = status
+
 
 class CandidateError(Exception):
     "The candidate raised an exception (its type and message, as text)."
+
 
 _SERVE = """
     import os, sys, json
@@ -143,78 +210,122 @@ _SERVE = """
         wr.write((json.dumps(r) + '\\n').encode()); wr.flush()
 """
 
+
 def _server(rfd: int, wfd: int) -> str:
     "Source appended to the candidate's program: serve calls on the pipes until the checker is done (its helpers kept out of the program's names)."
-    import inspect, textwrap
+    import inspect
+    import textwrap
+
     helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
     return f'\n\ndef __darts_serve(rfd, wfd):\n{helpers}{_SERVE}\n__darts_serve({rfd}, {wfd})\n'
 
+
 _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
+
 
 class _Remote:
     "The candidate's names as the checker sees them: each call goes to the sandbox, each answer comes back as plain data."
+
     def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 64 << 20):
         self.wfd, self.rfd, self.deadline, self.limit, self.calls, self.buf = wfd, rfd, deadline, limit, 0, b''
+
     def _line(self) -> bytes:
         while b'\n' not in self.buf:
             left = self.deadline - time.monotonic()
-            if left <= 0: raise _Outcome('timeout', f'no answer within the time limit (call {self.calls + 1})')
-            if not select.select([self.rfd], [], [], left)[0]: continue
+            if left <= 0:
+                raise _Outcome('timeout', f'no answer within the time limit (call {self.calls + 1})')
+            if not select.select([self.rfd], [], [], left)[0]:
+                continue
             chunk = os.read(self.rfd, 1 << 16)
-            if not chunk: raise _Outcome('error', f'the candidate exited before answering call {self.calls + 1}')
+            if not chunk:
+                raise _Outcome('error', f'the candidate exited before answering call {self.calls + 1}')
             self.buf += chunk
-            if len(self.buf) > self.limit: raise _Outcome('unsupported', 'an answer over the size limit')
+            if len(self.buf) > self.limit:
+                raise _Outcome('unsupported', 'an answer over the size limit')
         line, self.buf = self.buf.split(b'\n', 1)
         return line
+
     def _ask(self, op: str, name: str = '', args=None):
         "One request and its answer's plain payload (raises `_Outcome` or `CandidateError`)."
-        try: req = json.dumps([op, name, encode_value(list(args or []))]) + '\n'
-        except (TypeError, ValueError) as e: raise _Outcome('unsupported', f'an argument: {e}') from None
-        try: os.write(self.wfd, req.encode())
-        except BrokenPipeError: raise _Outcome('error', f'the candidate exited before call {self.calls + 1}') from None
-        try: msg = json.loads(self._line())
-        except (ValueError, RecursionError): raise _Outcome('error', 'an answer that is not JSON') from None
+        try:
+            req = json.dumps([op, name, encode_value(list(args or []))]) + '\n'
+        except (TypeError, ValueError) as e:
+            raise _Outcome('unsupported', f'an argument: {e}') from None
+        try:
+            os.write(self.wfd, req.encode())
+        except BrokenPipeError:
+            raise _Outcome('error', f'the candidate exited before call {self.calls + 1}') from None
+        try:
+            msg = json.loads(self._line())
+        except (ValueError, RecursionError):
+            raise _Outcome('error', 'an answer that is not JSON') from None
         self.calls += 1
-        if type(msg) is not dict or len(msg) != 1: raise _Outcome('error', 'a malformed answer')
-        if 'ok' in msg: return msg['ok']
-        if 'unsupported' in msg: raise _Outcome('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
+        if type(msg) is not dict or len(msg) != 1:
+            raise _Outcome('error', 'a malformed answer')
+        if 'ok' in msg:
+            return msg['ok']
+        if 'unsupported' in msg:
+            raise _Outcome('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
         raise CandidateError(str(msg.get('raised', ''))[:300])
+
     def _plain(self, o):
-        try: return decode_value(o)
-        except (TypeError, ValueError, RecursionError) as e: raise _Outcome('unsupported', f'the result: {e}') from None
+        try:
+            return decode_value(o)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise _Outcome('unsupported', f'the result: {e}') from None
+
     def function(self, name: str):
         "A stand-in for the candidate's function `name`: positional plain-data arguments in, a plain value out."
+
         def call(*args, **kwargs):
-            if kwargs: raise _Outcome('unsupported', 'keyword arguments')
+            if kwargs:
+                raise _Outcome('unsupported', 'keyword arguments')
             return self._plain(self._ask('call', name, args))
+
         call.__name__ = call.__qualname__ = name
         return call
+
     def namespace(self) -> dict:
         "The candidate's top-level names after its run: functions as stand-ins, plain values as copies (others left out)."
         names = self._ask('names')
-        if type(names) is not dict: raise _Outcome('error', 'a malformed list of names')
+        if type(names) is not dict:
+            raise _Outcome('error', 'a malformed list of names')
         ns = {}
         for k, v in names.items():
-            if not isinstance(k, str) or k in _BUILTIN_NAMES: continue  # a program's `sorted` or `abs` must not replace the tests' own
-            if v == 'fn': ns[k] = self.function(k)
-            elif type(v) is list and len(v) == 2 and v[0] == 'v': ns[k] = self._plain(v[1])
-            else: raise _Outcome('error', f'a malformed entry for {k[:40]!r}')
+            if not isinstance(k, str) or k in _BUILTIN_NAMES:
+                continue  # a program's `sorted` or `abs` must not replace the tests' own
+            if v == 'fn':
+                ns[k] = self.function(k)
+            elif type(v) is list and len(v) == 2 and v[0] == 'v':
+                ns[k] = self._plain(v[1])
+            else:
+                raise _Outcome('error', f'a malformed entry for {k[:40]!r}')
         return ns
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c04
 def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **lims) -> dict:
     "Run `program` plus the call server in the sandbox and `check(remote)` here: the verdict is `check`'s."
-    req_r, req_w = os.pipe(); ans_r, ans_w = os.pipe()
-    t0 = time.monotonic(); remote = None; status, detail = 'passed', ''
+    req_r, req_w = os.pipe()
+    ans_r, ans_w = os.pipe()
+    t0 = time.monotonic()
+    remote = None
+    status, detail = 'passed', ''
     try:
         with _sandboxed(program + _server(req_r, ans_w), timeout, pass_fds=(req_r, ans_w), **lims) as (p, box):
-            os.close(req_r); os.close(ans_w); req_r = ans_w = None
+            os.close(req_r)
+            os.close(ans_w)
+            req_r = ans_w = None
             remote = _Remote(req_w, ans_r, t0 + timeout)
-            try: check(remote)
-            except _Outcome as e: status, detail = e.status, str(e)
-            except CandidateError as e: status, detail = 'failed', f'the candidate raised {e}'
-            except AssertionError as e: status, detail = 'failed', f'an assertion failed {e}'.strip()
-            except Exception as e: status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
+            try:
+                check(remote)
+            except _Outcome as e:
+                status, detail = e.status, str(e)
+            except CandidateError as e:
+                status, detail = 'failed', f'the candidate raised {e}'
+            except AssertionError as e:
+                status, detail = 'failed', f'an assertion failed {e}'.strip()
+            except Exception as e:
+                status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
             rc = p.poll()
             _kill(p)
             out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
@@ -222,32 +333,59 @@ def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **
     finally:
         for fd in (req_r, req_w, ans_r, ans_w):
             if fd is not None:
-                try: os.close(fd)
-                except OSError: pass
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
     _refused(err)
-    return dict(status=status, detail=detail, seconds=round(time.monotonic() - t0, 3), calls=remote.calls if remote else 0, rc=rc,
-                out=_truncate(out, output_kb << 10), err=_truncate(err, output_kb << 10), layers=layers, uid=uid)
+    return dict(
+        status=status,
+        detail=detail,
+        seconds=round(time.monotonic() - t0, 3),
+        calls=remote.calls if remote else 0,
+        rc=rc,
+        out=_truncate(out, output_kb << 10),
+        err=_truncate(err, output_kb << 10),
+        layers=layers,
+        uid=uid,
+    )
 
-def check_completion(problem: dict, # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
-                     completion: str, # the model's completion of the prompt (untrusted)
-                     timeout: float = 10.0, # wall-clock seconds for the whole check
-                     memory_mb: int = 1024, # the candidate's address-space limit in MiB
-                     max_procs: int = 32, # the candidate's process limit
-                     file_mb: int = 16, # the candidate's largest file, in MiB
-                     scratch_mb: int = 64, # the candidate's scratch directory, in MiB
-                     allow_unsafe: bool|None = None, # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
-                    ) -> CheckResult:
+
+def check_completion(
+    problem: dict,  # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
+    completion: str,  # the model's completion of the prompt (untrusted)
+    timeout: float = 10.0,  # wall-clock seconds for the whole check
+    memory_mb: int = 1024,  # the candidate's address-space limit in MiB
+    max_procs: int = 32,  # the candidate's process limit
+    file_mb: int = 16,  # the candidate's largest file, in MiB
+    scratch_mb: int = 64,  # the candidate's scratch directory, in MiB
+    allow_unsafe: bool
+    | None = None,  # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+) -> CheckResult:
     "Run the problem's tests here (trusted) against the completion running in the sandbox (untrusted), which only answers calls."
     for k in ('prompt', 'test', 'entry_point'):
-        if not isinstance(problem.get(k), str): raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
-    if not isinstance(completion, str): raise TypeError(f'completion: expected str, got {type(completion).__name__}')
-    if not timeout > 0: raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+        if not isinstance(problem.get(k), str):
+            raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
+    if not isinstance(completion, str):
+        raise TypeError(f'completion: expected str, got {type(completion).__name__}')
+    if not timeout > 0:
+        raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+
     def check(remote):
         ns = {}
         exec(compile(problem['prompt'], '<prompt>', 'exec'), ns)  # the benchmark's helpers: trusted
         exec(compile(problem['test'], '<test>', 'exec'), ns)
         ns[problem['entry_point']] = remote.function(problem['entry_point'])
         ns['check'](ns[problem['entry_point']])
-    r = _serve_and_check(problem['prompt'] + completion, check, timeout, memory_mb=memory_mb, max_procs=max_procs,
-                         file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe)
+
+    r = _serve_and_check(
+        problem['prompt'] + completion,
+        check,
+        timeout,
+        memory_mb=memory_mb,
+        max_procs=max_procs,
+        file_mb=file_mb,
+        scratch_mb=scratch_mb,
+        allow_unsafe=allow_unsafe,
+    )
     return CheckResult(r['status'] == 'passed', r['status'], r['detail'], r['seconds'], r['calls'], r['err'])

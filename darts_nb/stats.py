@@ -6,7 +6,9 @@ Docs: https://darts-nb.github.io/darts_nb/stats.html.md"""
 
 # %% ../nbs/14_stats.ipynb #d3b75248
 from __future__ import annotations
-import json, re, warnings
+import json
+import re
+import warnings
 from importlib import resources
 from typing import Callable, Sequence
 import numpy as np
@@ -24,102 +26,152 @@ def paper_tables() -> dict:
     "All published tables: name -> list of row dicts."
     return json.loads(resources.files('darts_nb').joinpath('data/paper_tables.json').read_text())
 
-def paper_table(name: str, # e.g. 'table4', 'table14', 'table15', 'table4_tests'
-                summary: bool = False, # keep the 'mean ± std' summary rows
-               ) -> pd.DataFrame:
+
+def paper_table(
+    name: str,  # e.g. 'table4', 'table14', 'table15', 'table4_tests'
+    summary: bool = False,  # keep the 'mean ± std' summary rows
+) -> pd.DataFrame:
     "One published table as a DataFrame."
     tabs = paper_tables()
-    if name not in tabs: raise ValueError(f'paper_table: name={name!r} is not a published table; expected one of {sorted(tabs)}')
+    if name not in tabs:
+        raise ValueError(f'paper_table: name={name!r} is not a published table; expected one of {sorted(tabs)}')
     df = pd.DataFrame(tabs[name])
-    if not summary and 'seed' in df: df = df[~df['seed'].astype(str).str.startswith('mean')].reset_index(drop=True)
+    if not summary and 'seed' in df:
+        df = df[~df['seed'].astype(str).str.startswith('mean')].reset_index(drop=True)
     return df
 
 # %% ../nbs/14_stats.ipynb #149c5e4b
 LONG_COLUMNS = ('method', 'seed', 'task', 'score')
 
-def scores_frame(results: pd.DataFrame, # results-store rows: role/surgery_kind/loss/seed/domain/metric/value
-                 method: Callable|Sequence[str]|str = ('role', 'surgery_kind', 'loss'), # row -> label, or columns to join
-                 metric: str|None = None, # keep only this metric
-                 roles: Sequence[str]|None = None, # keep only these roles
-                 task: str = 'domain', # the column that names the task
-                 score: str = 'value', # the column that holds the score
-                ) -> pd.DataFrame:
+
+def scores_frame(
+    results: pd.DataFrame,  # results-store rows: role/surgery_kind/loss/seed/domain/metric/value
+    method: Callable | Sequence[str] | str = ('role', 'surgery_kind', 'loss'),  # row -> label, or columns to join
+    metric: str | None = None,  # keep only this metric
+    roles: Sequence[str] | None = None,  # keep only these roles
+    task: str = 'domain',  # the column that names the task
+    score: str = 'value',  # the column that holds the score
+) -> pd.DataFrame:
     "The long `method, seed, task, score` frame from results-store rows."
-    if not isinstance(results, pd.DataFrame): raise TypeError(f'scores_frame: results must be a DataFrame, got {type(results).__name__}')
+    if not isinstance(results, pd.DataFrame):
+        raise TypeError(f'scores_frame: results must be a DataFrame, got {type(results).__name__}')
     need = [c for c in ('seed', task, score) if c not in results]
-    if need: raise ValueError(f'scores_frame: results lacks column(s) {need}; has {list(results.columns)}')
+    if need:
+        raise ValueError(f'scores_frame: results lacks column(s) {need}; has {list(results.columns)}')
     df = results
-    if metric is not None: df = df[df['metric'] == metric]
-    if roles is not None: df = df[df['role'].isin(list(roles))]
-    if callable(method): labels = df.apply(method, axis=1)
+    if metric is not None:
+        df = df[df['metric'] == metric]
+    if roles is not None:
+        df = df[df['role'].isin(list(roles))]
+    if callable(method):
+        labels = df.apply(method, axis=1)
     else:
         cols = [method] if isinstance(method, str) else list(method)
         miss = [c for c in cols if c not in df]
-        if miss: raise ValueError(f'scores_frame: method columns {miss} not in results; has {list(results.columns)}')
-        labels = df[cols].astype(str).agg(lambda r: '/'.join(x for x in r if x not in ('', '-1')), axis=1) if len(df) else pd.Series([], dtype=str)
-    out = pd.DataFrame({'method': list(labels), 'seed': list(df['seed']), 'task': list(df[task]),
-                        'score': pd.to_numeric(df[score]).to_numpy(dtype=float)})
+        if miss:
+            raise ValueError(f'scores_frame: method columns {miss} not in results; has {list(results.columns)}')
+        labels = (
+            df[cols].astype(str).agg(lambda r: '/'.join(x for x in r if x not in ('', '-1')), axis=1)
+            if len(df)
+            else pd.Series([], dtype=str)
+        )
+    out = pd.DataFrame(
+        {
+            'method': list(labels),
+            'seed': list(df['seed']),
+            'task': list(df[task]),
+            'score': pd.to_numeric(df[score]).to_numpy(dtype=float),
+        }
+    )
     return check_long(out, 'scores_frame')
 
-def check_long(df: pd.DataFrame, # a long frame
-               who: str = 'check_long', # the caller, for error messages
-              ) -> pd.DataFrame:
+
+def check_long(
+    df: pd.DataFrame,  # a long frame
+    who: str = 'check_long',  # the caller, for error messages
+) -> pd.DataFrame:
     "`df` if it has the long columns, finite scores and no duplicated (method, seed, task)."
-    if not isinstance(df, pd.DataFrame): raise TypeError(f'{who}: df must be a DataFrame, got {type(df).__name__}')
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f'{who}: df must be a DataFrame, got {type(df).__name__}')
     miss = [c for c in LONG_COLUMNS if c not in df]
-    if miss: raise ValueError(f'{who}: df lacks column(s) {miss}; expected {list(LONG_COLUMNS)}')
-    if not np.isfinite(df['score'].to_numpy(dtype=float)).all(): raise ValueError(f'{who}: df has non-finite scores')
+    if miss:
+        raise ValueError(f'{who}: df lacks column(s) {miss}; expected {list(LONG_COLUMNS)}')
+    if not np.isfinite(df['score'].to_numpy(dtype=float)).all():
+        raise ValueError(f'{who}: df has non-finite scores')
     dup = df.duplicated(['method', 'seed', 'task'])
-    if dup.any(): raise ValueError(f"{who}: duplicated (method, seed, task) rows, e.g. {df[dup].iloc[0][['method','seed','task']].tolist()}")
+    if dup.any():
+        raise ValueError(
+            f"{who}: duplicated (method, seed, task) rows, e.g. {df[dup].iloc[0][['method', 'seed', 'task']].tolist()}"
+        )
     return df
 
 # %% ../nbs/14_stats.ipynb #2bd959e3
-def long_frame(wide: pd.DataFrame, # one row per seed, one column per task
-               method: str, # the method label for every row
-               tasks: Sequence[str]|None = None, # task columns (default: every column but 'seed')
-              ) -> pd.DataFrame:
+def long_frame(
+    wide: pd.DataFrame,  # one row per seed, one column per task
+    method: str,  # the method label for every row
+    tasks: Sequence[str] | None = None,  # task columns (default: every column but 'seed')
+) -> pd.DataFrame:
     "The long frame of one method from a wide per-seed table."
     tasks = [c for c in wide.columns if c != 'seed'] if tasks is None else list(tasks)
     df = wide.melt(id_vars='seed', value_vars=tasks, var_name='task', value_name='score')
-    df.insert(0, 'method', method); df['score'] = df['score'].astype(float)
+    df.insert(0, 'method', method)
+    df['score'] = df['score'].astype(float)
     return check_long(df, 'long_frame')
 
-def seed_means(df: pd.DataFrame, # long frame
-              ) -> pd.DataFrame:
+
+def seed_means(
+    df: pd.DataFrame,  # long frame
+) -> pd.DataFrame:
     "Each method's per-seed score averaged over tasks (every seed must have every task of its method)."
     check_long(df, 'seed_means')
     n = df.groupby(['method', 'seed'])['task'].nunique()
     full = df.groupby('method')['task'].nunique()
     short = n[n < full.reindex(n.index.get_level_values('method')).to_numpy()]
-    if len(short): raise ValueError(f'seed_means: (method, seed) {list(short.index)[:3]} lack some tasks; average over the same tasks per seed')
+    if len(short):
+        raise ValueError(
+            f'seed_means: (method, seed) {list(short.index)[:3]} lack some tasks; average over the same tasks per seed'
+        )
     return df.groupby(['method', 'seed'], sort=False)['score'].mean().reset_index()
 
 # %% ../nbs/14_stats.ipynb #e65d1f64
 def _shapiro(x: np.ndarray) -> tuple[float, float]:
-    if len(x) < 3: return float('nan'), float('nan')
-    if np.ptp(x) == 0: return float('nan'), float('nan')  # constant: Shapiro-Wilk is undefined
-    r = sps.shapiro(x); return float(r.statistic), float(r.pvalue)
+    if len(x) < 3:
+        return float('nan'), float('nan')
+    if np.ptp(x) == 0:
+        return float('nan'), float('nan')  # constant: Shapiro-Wilk is undefined
+    r = sps.shapiro(x)
+    return float(r.statistic), float(r.pvalue)
 
-def compare_methods(df: pd.DataFrame, # long frame: method, seed, task, score
-                    a: str, # the method expected to score higher (e.g. 'DARTS')
-                    b: str, # the baseline
-                    alpha: float = 0.05, # the Shapiro-Wilk level that decides normality
-                    mwu_method: str = 'exact', # scipy's Mann-Whitney method: 'exact', 'asymptotic' or 'auto'
-                    equal_var: bool = False, # False: Welch's t-test; True: Student's
-                   ) -> pd.DataFrame:
+
+def compare_methods(
+    df: pd.DataFrame,  # long frame: method, seed, task, score
+    a: str,  # the method expected to score higher (e.g. 'DARTS')
+    b: str,  # the baseline
+    alpha: float = 0.05,  # the Shapiro-Wilk level that decides normality
+    mwu_method: str = 'exact',  # scipy's Mann-Whitney method: 'exact', 'asymptotic' or 'auto'
+    equal_var: bool = False,  # False: Welch's t-test; True: Student's
+) -> pd.DataFrame:
     "Section 6.2: Shapiro-Wilk on each group's per-seed averages, then Mann-Whitney U or a t-test (one row)."
     m = seed_means(df)
     for name, v in (('a', a), ('b', b)):
-        if v not in set(m['method']): raise ValueError(f'compare_methods: {name}={v!r} is not a method in df; has {sorted(set(m["method"]))}')
+        if v not in set(m['method']):
+            raise ValueError(f'compare_methods: {name}={v!r} is not a method in df; has {sorted(set(m["method"]))}')
     x, y = (m.loc[m.method == v, 'score'].to_numpy(dtype=float) for v in (a, b))
-    if min(len(x), len(y)) < 2: raise ValueError(f'compare_methods: need at least 2 seeds per method, got {len(x)} for {a!r} and {len(y)} for {b!r}')
-    wa, pa = _shapiro(x); wb, pb = _shapiro(y)
+    if min(len(x), len(y)) < 2:
+        raise ValueError(
+            f'compare_methods: need at least 2 seeds per method, got {len(x)} for {a!r} and {len(y)} for {b!r}'
+        )
+    wa, pa = _shapiro(x)
+    wb, pb = _shapiro(y)
     nonnormal = [v for v, p in ((a, pa), (b, pb)) if p == p and p < alpha]
     untestable = [v for v, p in ((a, pa), (b, pb)) if p != p]
     if nonnormal or untestable:
         test = 'mannwhitneyu'
-        why = (f'Shapiro-Wilk p < {alpha} for {nonnormal}' if nonnormal else
-               f'normality cannot be tested for {untestable} (fewer than 3 seeds or constant)')
+        why = (
+            f'Shapiro-Wilk p < {alpha} for {nonnormal}'
+            if nonnormal
+            else f'normality cannot be tested for {untestable} (fewer than 3 seeds or constant)'
+        )
         r2 = sps.mannwhitneyu(x, y, alternative='two-sided', method=mwu_method)
         rg = sps.mannwhitneyu(x, y, alternative='greater', method=mwu_method)
         rl = sps.mannwhitneyu(x, y, alternative='less', method=mwu_method)
@@ -127,169 +179,276 @@ def compare_methods(df: pd.DataFrame, # long frame: method, seed, task, score
     else:
         test = 'ttest_welch' if not equal_var else 'ttest_student'
         why = f'both groups pass Shapiro-Wilk at alpha={alpha}'
-        r2, rg, rl = (sps.ttest_ind(x, y, equal_var=equal_var, alternative=alt) for alt in ('two-sided', 'greater', 'less'))
+        r2, rg, rl = (
+            sps.ttest_ind(x, y, equal_var=equal_var, alternative=alt) for alt in ('two-sided', 'greater', 'less')
+        )
         df_t = float(r2.df)
-    return pd.DataFrame([dict(a=a, b=b, n_a=len(x), n_b=len(y), mean_a=x.mean(), std_a=x.std(ddof=1),
-                              mean_b=y.mean(), std_b=y.std(ddof=1), mean_diff=x.mean() - y.mean(),
-                              shapiro_W_a=wa, shapiro_p_a=pa, shapiro_W_b=wb, shapiro_p_b=pb,
-                              test=test, reason=why, statistic=float(r2.statistic), df=df_t,
-                              p_two_sided=float(r2.pvalue), p_greater=float(rg.pvalue), p_less=float(rl.pvalue))])
+    return pd.DataFrame(
+        [
+            dict(
+                a=a,
+                b=b,
+                n_a=len(x),
+                n_b=len(y),
+                mean_a=x.mean(),
+                std_a=x.std(ddof=1),
+                mean_b=y.mean(),
+                std_b=y.std(ddof=1),
+                mean_diff=x.mean() - y.mean(),
+                shapiro_W_a=wa,
+                shapiro_p_a=pa,
+                shapiro_W_b=wb,
+                shapiro_p_b=pb,
+                test=test,
+                reason=why,
+                statistic=float(r2.statistic),
+                df=df_t,
+                p_two_sided=float(r2.pvalue),
+                p_greater=float(rg.pvalue),
+                p_less=float(rl.pvalue),
+            )
+        ]
+    )
 
 # %% ../nbs/14_stats.ipynb #95a9bd6e
-def paired_tests(df: pd.DataFrame, # long frame: method, seed, task, score
-                 a: str, # the method whose score minus b's is the difference
-                 b: str, # the baseline
-                ) -> pd.DataFrame:
+def paired_tests(
+    df: pd.DataFrame,  # long frame: method, seed, task, score
+    a: str,  # the method whose score minus b's is the difference
+    b: str,  # the baseline
+) -> pd.DataFrame:
     "Table 15: per task, paired t-test and Wilcoxon signed-rank over seeds present for both methods."
     check_long(df, 'paired_tests')
     for name, v in (('a', a), ('b', b)):
-        if v not in set(df['method']): raise ValueError(f'paired_tests: {name}={v!r} is not a method in df; has {sorted(set(df["method"]))}')
+        if v not in set(df['method']):
+            raise ValueError(f'paired_tests: {name}={v!r} is not a method in df; has {sorted(set(df["method"]))}')
     wide = df[df.method.isin([a, b])].pivot_table(index=['task', 'seed'], columns='method', values='score').dropna()
     rows = []
     for task, g in wide.groupby(level='task', sort=False):
         d = (g[a] - g[b]).to_numpy(dtype=float)
-        if len(d) < 2: raise ValueError(f'paired_tests: task {task!r} has {len(d)} seed(s) scored by both methods; need at least 2')
+        if len(d) < 2:
+            raise ValueError(
+                f'paired_tests: task {task!r} has {len(d)} seed(s) scored by both methods; need at least 2'
+            )
         t = sps.ttest_rel(g[a], g[b]) if d.std() > 0 else None
         w = sps.wilcoxon(d) if (d != 0).any() else None
-        rows.append(dict(task=task, n=len(d), mean_diff=d.mean(), t=float(t.statistic) if t else float('nan'),
-                         t_p=float(t.pvalue) if t else float('nan'), W=float(w.statistic) if w else float('nan'),
-                         wilcoxon_p=float(w.pvalue) if w else float('nan')))
+        rows.append(
+            dict(
+                task=task,
+                n=len(d),
+                mean_diff=d.mean(),
+                t=float(t.statistic) if t else float('nan'),
+                t_p=float(t.pvalue) if t else float('nan'),
+                W=float(w.statistic) if w else float('nan'),
+                wilcoxon_p=float(w.pvalue) if w else float('nan'),
+            )
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_stats.ipynb #fa3d4d4b
-def mixed_effects(df: pd.DataFrame, # long frame: method, seed, task, score
-                  b: str|None = None, # the reference method (default: first in sorted order)
-                  min_seeds: int = 3, # fewer seeds than this: refuse to fit
-                  min_tasks: int = 2, # fewer tasks than this: refuse to fit
-                 ) -> pd.DataFrame:
+def mixed_effects(
+    df: pd.DataFrame,  # long frame: method, seed, task, score
+    b: str | None = None,  # the reference method (default: first in sorted order)
+    min_seeds: int = 3,  # fewer seeds than this: refuse to fit
+    min_tasks: int = 2,  # fewer tasks than this: refuse to fit
+) -> pd.DataFrame:
     "Appendix I: `score ~ method + task`, random intercept per seed; one row per fixed effect (coef, se, z, p)."
     import statsmodels.formula.api as smf
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
     check_long(df, 'mixed_effects')
     methods, tasks, seeds = sorted(set(df.method)), sorted(set(df.task)), sorted(set(df.seed), key=str)
-    if len(methods) < 2: raise ValueError(f'mixed_effects: need at least 2 methods, got {methods}')
-    if len(seeds) < min_seeds: raise ValueError(f'mixed_effects: need at least {min_seeds} seeds to fit a random intercept per seed, got {len(seeds)}: {seeds}')
-    if len(tasks) < min_tasks: raise ValueError(f'mixed_effects: need at least {min_tasks} tasks for score ~ method + task, got {len(tasks)}: {tasks}')
+    if len(methods) < 2:
+        raise ValueError(f'mixed_effects: need at least 2 methods, got {methods}')
+    if len(seeds) < min_seeds:
+        raise ValueError(
+            f'mixed_effects: need at least {min_seeds} seeds to fit a random intercept per seed, got {len(seeds)}: {seeds}'
+        )
+    if len(tasks) < min_tasks:
+        raise ValueError(
+            f'mixed_effects: need at least {min_tasks} tasks for score ~ method + task, got {len(tasks)}: {tasks}'
+        )
     b = methods[0] if b is None else b
-    if b not in methods: raise ValueError(f'mixed_effects: b={b!r} is not a method in df; has {methods}')
-    d = pd.DataFrame({'score': df.score.astype(float), 'method': df.method.astype(str), 'task': df.task.astype(str), 'seed': df.seed.astype(str)})
+    if b not in methods:
+        raise ValueError(f'mixed_effects: b={b!r} is not a method in df; has {methods}')
+    d = pd.DataFrame(
+        {
+            'score': df.score.astype(float),
+            'method': df.method.astype(str),
+            'task': df.task.astype(str),
+            'seed': df.seed.astype(str),
+        }
+    )
     model = smf.mixedlm(f"score ~ C(method, Treatment({b!r})) + C(task)", d, groups=d['seed'])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always', ConvergenceWarning)
         fit = model.fit(reml=True)
     ok = bool(fit.converged) and not any(issubclass(w.category, ConvergenceWarning) for w in caught)
     fe = fit.fe_params.index
-    out = pd.DataFrame({'term': fe, 'coef': fit.fe_params.to_numpy(), 'se': fit.bse[fe].to_numpy(),
-                        'z': fit.tvalues[fe].to_numpy(), 'p': fit.pvalues[fe].to_numpy()})
-    out['term'] = (out.term.str.replace(rf"C\(method, Treatment\({re.escape(repr(b))}\)\)\[T\.(.*)\]", r'method[\1]', regex=True)
-                   .str.replace(r'C\(task\)\[T\.(.*)\]', r'task[\1]', regex=True))
-    out['seed_var'] = float(fit.cov_re.iloc[0, 0]); out['converged'] = ok; out['reference'] = b
+    out = pd.DataFrame(
+        {
+            'term': fe,
+            'coef': fit.fe_params.to_numpy(),
+            'se': fit.bse[fe].to_numpy(),
+            'z': fit.tvalues[fe].to_numpy(),
+            'p': fit.pvalues[fe].to_numpy(),
+        }
+    )
+    out['term'] = out.term.str.replace(
+        rf"C\(method, Treatment\({re.escape(repr(b))}\)\)\[T\.(.*)\]", r'method[\1]', regex=True
+    ).str.replace(r'C\(task\)\[T\.(.*)\]', r'task[\1]', regex=True)
+    out['seed_var'] = float(fit.cov_re.iloc[0, 0])
+    out['converged'] = ok
+    out['reference'] = b
     return out
 
 # %% ../nbs/14_stats.ipynb #6f2afa4e
-def simulate_scores(effect: float = 0.0, # how much method 'a' adds to every score
-                    n_seeds: int = 6, # seeds per method
-                    tasks: Sequence[str] = ('code', 'math', 'instruct'), # task names
-                    task_means: Sequence[float]|None = None, # per-task mean score (default 25, 45, 58, ...)
-                    seed_sd: float = 0.5, # sd of the per-seed shift shared by both methods
-                    noise_sd: float = 1.0, # sd of the per-(method, seed, task) noise
-                    seed: int = 0, # the random seed
-                   ) -> pd.DataFrame:
+def simulate_scores(
+    effect: float = 0.0,  # how much method 'a' adds to every score
+    n_seeds: int = 6,  # seeds per method
+    tasks: Sequence[str] = ('code', 'math', 'instruct'),  # task names
+    task_means: Sequence[float] | None = None,  # per-task mean score (default 25, 45, 58, ...)
+    seed_sd: float = 0.5,  # sd of the per-seed shift shared by both methods
+    noise_sd: float = 1.0,  # sd of the per-(method, seed, task) noise
+    seed: int = 0,  # the random seed
+) -> pd.DataFrame:
     "A long frame for methods 'a' and 'b' where the true effect of a over b is `effect`."
     rng = np.random.default_rng(seed)
     mu = np.asarray(task_means if task_means is not None else (25 + 17 * np.arange(len(tasks))), dtype=float)
     shift = rng.normal(0, seed_sd, n_seeds)
-    rows = [dict(method=m, seed=s, task=t, score=mu[j] + shift[s] + (effect if m == 'a' else 0) + rng.normal(0, noise_sd))
-            for m in ('a', 'b') for s in range(n_seeds) for j, t in enumerate(tasks)]
+    rows = [
+        dict(method=m, seed=s, task=t, score=mu[j] + shift[s] + (effect if m == 'a' else 0) + rng.normal(0, noise_sd))
+        for m in ('a', 'b')
+        for s in range(n_seeds)
+        for j, t in enumerate(tasks)
+    ]
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_stats.ipynb #5a7e0c02
 VERDICTS = ('AGREES', 'DISAGREES', 'INCONCLUSIVE', 'NOT MEASURED')
 
-def bootstrap_stat(strata: dict, # stratum -> DataFrame of per-item scores (rows: items, columns: arms)
-                   stat: Callable, # stat(means: pd.Series indexed by arm) -> float
-                   n_boot: int = 2000, # bootstrap resamples
-                   level: float = 0.95, # interval coverage
-                   seed: int = 0, # resampling seed
-                  ) -> dict:
+
+def bootstrap_stat(
+    strata: dict,  # stratum -> DataFrame of per-item scores (rows: items, columns: arms)
+    stat: Callable,  # stat(means: pd.Series indexed by arm) -> float
+    n_boot: int = 2000,  # bootstrap resamples
+    level: float = 0.95,  # interval coverage
+    seed: int = 0,  # resampling seed
+) -> dict:
     "`stat` of the arms' means (per stratum, then over strata) with a percentile bootstrap interval: est, lo, hi, n."
     rng, cols, est, boots, n = np.random.default_rng(seed), None, [], [], 0
     for s, df in strata.items():
         df = df.dropna()
-        if len(df) == 0: raise ValueError(f'bootstrap_stat: stratum {s!r} has no item scored by every arm')
+        if len(df) == 0:
+            raise ValueError(f'bootstrap_stat: stratum {s!r} has no item scored by every arm')
         cols = list(df.columns) if cols is None else cols
         x = df[cols].to_numpy(dtype=float)
-        est.append(x.mean(0)); boots.append(x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)); n += len(x)
-    if not est: raise ValueError('bootstrap_stat: no strata')
+        est.append(x.mean(0))
+        boots.append(x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1))
+        n += len(x)
+    if not est:
+        raise ValueError('bootstrap_stat: no strata')
     e, b = np.mean(est, 0), np.mean(boots, 0)
     vals = np.array([stat(pd.Series(r, index=cols)) for r in b])
     q = (1 - level) / 2
-    return dict(est=float(stat(pd.Series(e, index=cols))), lo=float(np.quantile(vals, q)), hi=float(np.quantile(vals, 1 - q)), n=n)
+    return dict(
+        est=float(stat(pd.Series(e, index=cols))),
+        lo=float(np.quantile(vals, q)),
+        hi=float(np.quantile(vals, 1 - q)),
+        n=n,
+    )
 
-def stratified_paired_ci(pairs: dict, # stratum -> (a, b): two pd.Series of per-item scores indexed by item id
-                         **kw, # n_boot, level, seed
-                        ) -> dict:
+
+def stratified_paired_ci(
+    pairs: dict,  # stratum -> (a, b): two pd.Series of per-item scores indexed by item id
+    **kw,  # n_boot, level, seed
+) -> dict:
     "Mean over strata of mean(a - b) on the items both scored, with its bootstrap interval: diff, lo, hi, n."
-    r = bootstrap_stat({s: pd.DataFrame({'a': a, 'b': b}) for s, (a, b) in pairs.items()}, lambda m: m['a'] - m['b'], **kw)
+    r = bootstrap_stat(
+        {s: pd.DataFrame({'a': a, 'b': b}) for s, (a, b) in pairs.items()}, lambda m: m['a'] - m['b'], **kw
+    )
     return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])
 
-def paired_ci(a: pd.Series, # per-item scores of one side, indexed by item id
-              b: pd.Series, # per-item scores of the other side
-              **kw, # n_boot, level, seed
-             ) -> dict:
+
+def paired_ci(
+    a: pd.Series,  # per-item scores of one side, indexed by item id
+    b: pd.Series,  # per-item scores of the other side
+    **kw,  # n_boot, level, seed
+) -> dict:
     "mean(a - b) over the items both scored, with a percentile bootstrap interval: diff, lo, hi, n."
     return stratified_paired_ci({'all': (a, b)}, **kw)
 
 # %% ../nbs/14_stats.ipynb #5a7e0c05
-def reduction_ci(before: np.ndarray, # per prompt, the summed bias before (Eq. 7's denominator terms)
-                 after: np.ndarray, # per prompt, the summed bias after
-                 n_boot: int = 2000, # bootstrap resamples
-                 level: float = 0.95, # interval coverage
-                 seed: int = 0, # resampling seed
-                ) -> dict:
+def reduction_ci(
+    before: np.ndarray,  # per prompt, the summed bias before (Eq. 7's denominator terms)
+    after: np.ndarray,  # per prompt, the summed bias after
+    n_boot: int = 2000,  # bootstrap resamples
+    level: float = 0.95,  # interval coverage
+    seed: int = 0,  # resampling seed
+) -> dict:
     "Eq. 7's `1 - sum(after) / sum(before)` with prompts resampled: est, lo, hi, n."
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     idx = np.random.default_rng(seed).integers(0, len(before), size=(n_boot, len(before)))
     vals = 1 - after[idx].sum(1) / before[idx].sum(1)
     q = (1 - level) / 2
-    return dict(est=float(1 - after.sum() / before.sum()), lo=float(np.quantile(vals, q)), hi=float(np.quantile(vals, 1 - q)), n=len(before))
+    return dict(
+        est=float(1 - after.sum() / before.sum()),
+        lo=float(np.quantile(vals, q)),
+        hi=float(np.quantile(vals, 1 - q)),
+        n=len(before),
+    )
 
-def verdict(lo: float, # lower end of the interval
-            hi: float, # upper end
-            expect: str = '>', # the paper's claim about the quantity: '>' (above `at`) or '<' (below)
-            at: float = 0.0, # the value the claim is about (0 for a difference)
-           ) -> str:
+
+def verdict(
+    lo: float,  # lower end of the interval
+    hi: float,  # upper end
+    expect: str = '>',  # the paper's claim about the quantity: '>' (above `at`) or '<' (below)
+    at: float = 0.0,  # the value the claim is about (0 for a difference)
+) -> str:
     "AGREES / DISAGREES when the interval lies on one side of `at`, INCONCLUSIVE when it contains it."
-    if lo != lo or hi != hi: return 'NOT MEASURED'
+    if lo != lo or hi != hi:
+        return 'NOT MEASURED'
     above, below = lo > at, hi < at
-    if not (above or below): return 'INCONCLUSIVE'
+    if not (above or below):
+        return 'INCONCLUSIVE'
     return 'AGREES' if above == (expect == '>') else 'DISAGREES'
 
-def all_verdict(verdicts: list[str] # one verdict per part of a claim ("... in every family")
-               ) -> str:
+
+def all_verdict(
+    verdicts: list[str],  # one verdict per part of a claim ("... in every family")
+) -> str:
     "A claim about every part: AGREES when all parts agree, DISAGREES when any disagrees, else INCONCLUSIVE."
-    if not verdicts or 'NOT MEASURED' in verdicts: return 'NOT MEASURED'
+    if not verdicts or 'NOT MEASURED' in verdicts:
+        return 'NOT MEASURED'
     return 'DISAGREES' if 'DISAGREES' in verdicts else 'AGREES' if set(verdicts) == {'AGREES'} else 'INCONCLUSIVE'
 
-def test_verdict(stat: float, # the test's statistic, signed as the claim (e.g. a coefficient)
-                 p: float, # its two-sided p-value
-                 alpha: float = 0.05, # significance level
-                ) -> str:
+
+def test_verdict(
+    stat: float,  # the test's statistic, signed as the claim (e.g. a coefficient)
+    p: float,  # its two-sided p-value
+    alpha: float = 0.05,  # significance level
+) -> str:
     "The verdict of a significance test: AGREES / DISAGREES when p < alpha (by the sign), else INCONCLUSIVE."
-    if p != p: return 'NOT MEASURED'
+    if p != p:
+        return 'NOT MEASURED'
     return 'INCONCLUSIVE' if p >= alpha else 'AGREES' if stat > 0 else 'DISAGREES'
 
-def spearman_test(x: Sequence[float], # one value per row
-                  y: Sequence[float], # the paired values
-                  exact_up_to: int = 8, # rows up to which the p-value is exact (all n! orderings)
-                 ) -> tuple[float, float]:
+
+def spearman_test(
+    x: Sequence[float],  # one value per row
+    y: Sequence[float],  # the paired values
+    exact_up_to: int = 8,  # rows up to which the p-value is exact (all n! orderings)
+) -> tuple[float, float]:
     "Spearman rho and its two-sided p-value: exact by permutation for few rows (scipy's t approximation says p = 0 for 3 points in order)."
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) != len(y): raise ValueError(f"x has {len(x)} values and y {len(y)}: expected one pair per row")
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0: return float('nan'), float('nan')
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} values and y {len(y)}: expected one pair per row")
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float('nan'), float('nan')
     r = sps.spearmanr(x, y)
-    if len(x) > exact_up_to: return float(r.statistic), float(r.pvalue)
+    if len(x) > exact_up_to:
+        return float(r.statistic), float(r.pvalue)
     from itertools import permutations
+
     rx, ry = sps.rankdata(x), sps.rankdata(y)
     null = np.array([np.corrcoef(rx, ry[list(q)])[0, 1] for q in permutations(range(len(y)))])
     return float(r.statistic), float(np.mean(np.abs(null) >= abs(r.statistic) - 1e-12))

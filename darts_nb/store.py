@@ -6,7 +6,10 @@ Docs: https://darts-nb.github.io/darts_nb/store.html.md"""
 
 # %% ../nbs/10_store.ipynb #e0a1b2c2
 from __future__ import annotations
-import errno, time, sqlite3, datetime
+import errno
+import time
+import sqlite3
+import datetime
 from pathlib import Path
 from .core import atomic_path
 
@@ -16,10 +19,21 @@ __all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'IT
 
 # %% ../nbs/10_store.ipynb #981a3601
 KEY_COLUMNS = {  # column -> (SQL type, sentinel for "absent")
-    'run': ('TEXT', ''), 'profile': ('TEXT', ''), 'role': ('TEXT', ''), 'merge_config': ('TEXT', ''),
-    'surgery_kind': ('TEXT', ''), 'loss': ('TEXT', ''), 'rank': ('INTEGER', -1), 'lr': ('REAL', -1.0),
-    'iters': ('INTEGER', -1), 'calib_n': ('INTEGER', -1), 'calib_text': ('TEXT', ''), 'seed': ('INTEGER', -1),
-    'domain': ('TEXT', ''), 'metric': ('TEXT', ''), 'source': ('TEXT', ''),
+    'run': ('TEXT', ''),
+    'profile': ('TEXT', ''),
+    'role': ('TEXT', ''),
+    'merge_config': ('TEXT', ''),
+    'surgery_kind': ('TEXT', ''),
+    'loss': ('TEXT', ''),
+    'rank': ('INTEGER', -1),
+    'lr': ('REAL', -1.0),
+    'iters': ('INTEGER', -1),
+    'calib_n': ('INTEGER', -1),
+    'calib_text': ('TEXT', ''),
+    'seed': ('INTEGER', -1),
+    'domain': ('TEXT', ''),
+    'metric': ('TEXT', ''),
+    'source': ('TEXT', ''),
 }
 VALUE_COLUMNS = {'value': 'REAL', 'n': 'INTEGER', 'stderr': 'REAL', 'timestamp': 'TEXT', 'version': 'TEXT'}
 RESULT_COLUMNS = tuple(KEY_COLUMNS) + tuple(VALUE_COLUMNS)
@@ -27,100 +41,147 @@ RESULT_ROLES = ('', 'base', 'expert', 'merged', 'surgered')  # what a row scored
 ITEM_COLUMNS = tuple(KEY_COLUMNS) + ('item', 'value')  # one row per scored item: the paired comparisons need them
 
 # %% ../nbs/10_store.ipynb #e0a1b2c5
-def results_path(run_dir: str|Path) -> Path:
+def results_path(run_dir: str | Path) -> Path:
     "The SQLite file of a run directory."
-    return Path(run_dir)/'results.sqlite'
+    return Path(run_dir) / 'results.sqlite'
 
 # %% ../nbs/10_store.ipynb #e0a1b2c7
 class StoreError(ValueError):
     "A results store that cannot be read or written as it is: empty, corrupt, truncated, of another schema, or not a store."
 
+
 SQLITE_MAGIC = b'SQLite format 3\x00'  # the first 16 bytes of every SQLite database file
-LEGACY_COLUMNS = ('source',)  # key columns a store of the previous version lacks: it reads (with their sentinels), it takes no rows
+LEGACY_COLUMNS = (
+    'source',
+)  # key columns a store of the previous version lacks: it reads (with their sentinels), it takes no rows
+
 
 def _check_file(path: Path) -> None:
     "Refuse, before SQLite opens it, a path that is not a non-empty SQLite file."
-    if path.is_dir(): raise StoreError(f'{path} is a directory, not a results store; move it aside and run again')
+    if path.is_dir():
+        raise StoreError(f'{path} is a directory, not a results store; move it aside and run again')
     size = path.stat().st_size
     if size == 0:
-        raise StoreError(f'{path} is empty (0 bytes), not a results store: a write was cut short before anything was recorded. '
-                         f'Nothing is read from it or written to it; delete it (it holds no rows) and run again')
-    with open(path, 'rb') as f: head = f.read(16)
+        raise StoreError(
+            f'{path} is empty (0 bytes), not a results store: a write was cut short before anything was recorded. '
+            f'Nothing is read from it or written to it; delete it (it holds no rows) and run again'
+        )
+    with open(path, 'rb') as f:
+        head = f.read(16)
     if head != SQLITE_MAGIC:
-        raise StoreError(f'{path} is not a SQLite results store (it starts with {head!r}, {size} bytes); it is left as it is: '
-                         f'restore it from a copy, or move it aside and run again to record into a new store')
+        raise StoreError(
+            f'{path} is not a SQLite results store (it starts with {head!r}, {size} bytes); it is left as it is: '
+            f'restore it from a copy, or move it aside and run again to record into a new store'
+        )
+
 
 def _sqlite_error(e: sqlite3.Error, path: Path, doing: str) -> Exception:
     "A clear error for an SQLite error on `path`: a full disk is an OSError(ENOSPC), a damaged file a StoreError."
     code = getattr(e, 'sqlite_errorcode', None)
     if code == 13 or 'disk is full' in str(e):  # SQLITE_FULL
-        return OSError(errno.ENOSPC, f'no space left on the device while {doing} {path}: nothing was recorded (the store keeps what it held); '
-                                     f'free some space and run again')
+        return OSError(
+            errno.ENOSPC,
+            f'no space left on the device while {doing} {path}: nothing was recorded (the store keeps what it held); '
+            f'free some space and run again',
+        )
     if code == 10 or 'disk I/O error' in str(e):  # SQLITE_IOERR
-        return OSError(errno.EIO, f'I/O error while {doing} {path} ({e}): nothing was recorded; check the disk and run again')
+        return OSError(
+            errno.EIO, f'I/O error while {doing} {path} ({e}): nothing was recorded; check the disk and run again'
+        )
     if code in (11, 26) or 'malformed' in str(e) or 'not a database' in str(e):  # SQLITE_CORRUPT, SQLITE_NOTADB
-        return StoreError(f'{path} is corrupt or truncated (SQLite: {e}); it is left as it is: restore it from a copy, '
-                          f'or move it aside and run again (what it held is then computed anew)')
+        return StoreError(
+            f'{path} is corrupt or truncated (SQLite: {e}); it is left as it is: restore it from a copy, '
+            f'or move it aside and run again (what it held is then computed anew)'
+        )
     return e
+
 
 def _check_whole(con: sqlite3.Connection, path: Path) -> None:
     "Refuse a store whose pages SQLite's quick_check finds damaged (a truncated or garbled file)."
-    try: res = [r[0] for r in con.execute('PRAGMA quick_check').fetchall()]
-    except sqlite3.Error as e: raise _sqlite_error(e, path, 'reading') from e
+    try:
+        res = [r[0] for r in con.execute('PRAGMA quick_check').fetchall()]
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'reading') from e
     if res != ['ok']:
         first = res[0].replace('*** in database main ***', '').strip().splitlines()[0]
-        raise StoreError(f'{path} is corrupt or truncated (SQLite quick_check: {first}); it is left as it is: restore it from a copy, '
-                         f'or move it aside and run again (what it held is then computed anew)')
+        raise StoreError(
+            f'{path} is corrupt or truncated (SQLite quick_check: {first}); it is left as it is: restore it from a copy, '
+            f'or move it aside and run again (what it held is then computed anew)'
+        )
+
 
 def _columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f'PRAGMA table_info({table})')]
+
 
 def _check_schema(con: sqlite3.Connection, path: Path, write: bool) -> bool:
     "Refuse a store without this version's tables and columns; True for a store of the previous version (reads, takes no rows)."
     have = _columns(con, 'results')
     if not have:
-        raise StoreError(f'{path} is a SQLite file without a `results` table, not a results store; it is left as it is: '
-                         f'move it aside and run again to record into a new store')
+        raise StoreError(
+            f'{path} is a SQLite file without a `results` table, not a results store; it is left as it is: '
+            f'move it aside and run again to record into a new store'
+        )
     missing = [k for k in RESULT_COLUMNS if k not in have]
     if [k for k in missing if k not in LEGACY_COLUMNS]:
-        raise StoreError(f'{path}: a results store of an older version (no column(s) {missing}); it is left as it is: '
-                         f'record into a new run name (--name NEW), or move it aside')
+        raise StoreError(
+            f'{path}: a results store of an older version (no column(s) {missing}); it is left as it is: '
+            f'record into a new run name (--name NEW), or move it aside'
+        )
     if missing and write:
-        raise StoreError(f'{path} was written by an older darts_nb (no column(s) {missing}: its rows do not say what produced them); '
-                         f'it still reads (darts report), but takes no new rows: record into a new run name (--name NEW), or move it aside')
+        raise StoreError(
+            f'{path} was written by an older darts_nb (no column(s) {missing}: its rows do not say what produced them); '
+            f'it still reads (darts report), but takes no new rows: record into a new run name (--name NEW), or move it aside'
+        )
     return bool(missing)
+
 
 def _create_tables(con: sqlite3.Connection) -> None:
     keys = [f'{k} {t} NOT NULL DEFAULT {s!r}' for k, (t, s) in KEY_COLUMNS.items()]
-    con.execute(f"CREATE TABLE results ({', '.join(keys + [f'{k} {t}' for k, t in VALUE_COLUMNS.items()])}, UNIQUE ({', '.join(KEY_COLUMNS)}))")
-    con.execute(f"CREATE TABLE items ({', '.join(keys)}, item TEXT NOT NULL, value REAL, UNIQUE ({', '.join(KEY_COLUMNS)}, item))")
+    con.execute(
+        f"CREATE TABLE results ({', '.join(keys + [f'{k} {t}' for k, t in VALUE_COLUMNS.items()])}, UNIQUE ({', '.join(KEY_COLUMNS)}))"
+    )
+    con.execute(
+        f"CREATE TABLE items ({', '.join(keys)}, item TEXT NOT NULL, value REAL, UNIQUE ({', '.join(KEY_COLUMNS)}, item))"
+    )
+
 
 def _create(path: Path) -> None:
     "Make a new, empty store at `path` whole before it appears (an existing one, made meanwhile by another writer, is kept)."
     with atomic_path(path, replace=False) as tmp:
         con = sqlite3.connect(str(tmp))
         try:
-            with con: _create_tables(con)
-        except sqlite3.Error as e: raise _sqlite_error(e, path, 'creating') from e
+            with con:
+                _create_tables(con)
+        except sqlite3.Error as e:
+            raise _sqlite_error(e, path, 'creating') from e
         finally:
             con.close()
             Path(f'{tmp}-journal').unlink(missing_ok=True)
 
+
 def _set_wal(con: sqlite3.Connection) -> None:
-    for attempt in range(400):  # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
+    for attempt in range(
+        400
+    ):  # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
         try:
-            if con.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal': con.execute('PRAGMA journal_mode=WAL')
+            if con.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal':
+                con.execute('PRAGMA journal_mode=WAL')
             return
         except sqlite3.OperationalError as e:
-            if 'locked' not in str(e) or attempt == 399: raise
+            if 'locked' not in str(e) or attempt == 399:
+                raise
             time.sleep(0.05)
 
-def _open(path: Path, # the store's file
-          write: bool = False, # open to record (a missing store is created); else it must exist
-         ) -> tuple[sqlite3.Connection, bool]:
+
+def _open(
+    path: Path,  # the store's file
+    write: bool = False,  # open to record (a missing store is created); else it must exist
+) -> tuple[sqlite3.Connection, bool]:
     "(connection, legacy) to a store checked whole and of this version (legacy: the previous version's, read only)."
     path = Path(path)
-    if write and not path.exists(): _create(path)
+    if write and not path.exists():
+        _create(path)
     _check_file(path)
     con = sqlite3.connect(str(path), timeout=60)
     try:
@@ -131,9 +192,11 @@ def _open(path: Path, # the store's file
             con.execute('PRAGMA synchronous=NORMAL')
     except BaseException as e:
         con.close()
-        if isinstance(e, sqlite3.Error): raise _sqlite_error(e, path, 'opening') from e
+        if isinstance(e, sqlite3.Error):
+            raise _sqlite_error(e, path, 'opening') from e
         raise
     return con, legacy
+
 
 def _connect(path: Path) -> sqlite3.Connection:
     "A connection to record into the store at `path` (created if missing)."
@@ -142,99 +205,142 @@ def _connect(path: Path) -> sqlite3.Connection:
 # %% ../nbs/10_store.ipynb #e0a1b2c9
 def _clean_row(row: dict, version: str, now: str) -> dict:
     bad = sorted(set(row) - set(RESULT_COLUMNS))
-    if bad: raise ValueError(f'record: unknown column(s) {bad}; expected some of {list(RESULT_COLUMNS)}')
-    if row.get('metric') in (None, ''): raise ValueError(f'record: every row needs a metric, got {row!r}')
+    if bad:
+        raise ValueError(f'record: unknown column(s) {bad}; expected some of {list(RESULT_COLUMNS)}')
+    if row.get('metric') in (None, ''):
+        raise ValueError(f'record: every row needs a metric, got {row!r}')
     v = row.get('value')
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
         raise ValueError(f'record: value must be a finite number, got {v!r} in {row!r}')
-    if row.get('role', '') not in RESULT_ROLES: raise ValueError(f"record: role={row['role']!r}; expected one of {RESULT_ROLES}")
+    if row.get('role', '') not in RESULT_ROLES:
+        raise ValueError(f"record: role={row['role']!r}; expected one of {RESULT_ROLES}")
     out = {}
     for k, (t, s) in KEY_COLUMNS.items():
         x = row.get(k)
-        if x is None or (isinstance(x, float) and x != x): x = s
+        if x is None or (isinstance(x, float) and x != x):
+            x = s
         out[k] = {'TEXT': str, 'INTEGER': int, 'REAL': float}[t](x)
-    out.update(value=float(v), n=None if row.get('n') is None else int(row['n']),
-               stderr=None if row.get('stderr') is None or row['stderr'] != row['stderr'] else float(row['stderr']),
-               timestamp=row.get('timestamp') or now, version=row.get('version') or version)
+    out.update(
+        value=float(v),
+        n=None if row.get('n') is None else int(row['n']),
+        stderr=None if row.get('stderr') is None or row['stderr'] != row['stderr'] else float(row['stderr']),
+        timestamp=row.get('timestamp') or now,
+        version=row.get('version') or version,
+    )
     return out
 
 # %% ../nbs/10_store.ipynb #5320561c
 def _as_rows(rows, who: str) -> list[dict]:
     import pandas as pd
-    if rows is None: return []
-    if isinstance(rows, dict): return [rows]
-    if isinstance(rows, pd.DataFrame): return rows.to_dict('records')
-    if not isinstance(rows, (list, tuple)): raise TypeError(f'record: {who} must be a dict, list or DataFrame, got {type(rows).__name__}')
+
+    if rows is None:
+        return []
+    if isinstance(rows, dict):
+        return [rows]
+    if isinstance(rows, pd.DataFrame):
+        return rows.to_dict('records')
+    if not isinstance(rows, (list, tuple)):
+        raise TypeError(f'record: {who} must be a dict, list or DataFrame, got {type(rows).__name__}')
     return list(rows)
+
 
 def _clean_item(row: dict) -> tuple:
     "An item row as a tuple of ITEM_COLUMNS (its key through `_clean_row`'s checks)."
-    if row.get('item') in (None, ''): raise ValueError(f'record: every item row needs an item id, got {row!r}')
+    if row.get('item') in (None, ''):
+        raise ValueError(f'record: every item row needs an item id, got {row!r}')
     key = _clean_row({k: v for k, v in row.items() if k != 'item'}, '', '')
     return tuple(key[k] for k in KEY_COLUMNS) + (str(row['item']), key['value'])
 
+
 def _upsert_sql(table: str, cols: list, values: list) -> str:
     keys = list(KEY_COLUMNS) + (['item'] if table == 'items' else [])
-    return (f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ', '.join(f'{k}=excluded.{k}' for k in values))
+    return (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ', '.join(f'{k}=excluded.{k}' for k in values)
+    )
 
-def record(run_dir: str|Path, # the run directory (created if missing); the table is run_dir/results.sqlite
-           rows=None, # a dict, a list of dicts or a DataFrame of result rows; None: one row from `fields`
-           items=None, # per-item scores (rows with an `item` id and a `value`) stored beside the rows
-           **fields, # column values; with `rows` they are defaults shared by every row (and item)
-          ) -> int:
+
+def record(
+    run_dir: str | Path,  # the run directory (created if missing); the table is run_dir/results.sqlite
+    rows=None,  # a dict, a list of dicts or a DataFrame of result rows; None: one row from `fields`
+    items=None,  # per-item scores (rows with an `item` id and a `value`) stored beside the rows
+    **fields,  # column values; with `rows` they are defaults shared by every row (and item)
+) -> int:
     "Upsert result rows (and their items) keyed on their configuration, in one transaction; returns the number of rows."
     from darts_nb import __version__
+
     rows = [{}] if rows is None and fields and items is None else _as_rows(rows, 'rows')
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
     run_dir = Path(run_dir)
     clean = [_clean_row({'run': run_dir.name, **fields, **r}, __version__, now) for r in rows]
     its = [_clean_item({'run': run_dir.name, **fields, **r}) for r in _as_rows(items, 'items')]
-    if not clean and not its: return 0
+    if not clean and not its:
+        return 0
     run_dir.mkdir(parents=True, exist_ok=True)
     path = results_path(run_dir)
     con = _connect(path)
     try:
         with con:  # one transaction
-            con.executemany(_upsert_sql('results', list(RESULT_COLUMNS), list(VALUE_COLUMNS)), [tuple(r[c] for c in RESULT_COLUMNS) for r in clean])
+            con.executemany(
+                _upsert_sql('results', list(RESULT_COLUMNS), list(VALUE_COLUMNS)),
+                [tuple(r[c] for c in RESULT_COLUMNS) for r in clean],
+            )
             con.executemany(_upsert_sql('items', list(ITEM_COLUMNS), ['value']), its)
-    except sqlite3.Error as e: raise _sqlite_error(e, path, 'writing') from e
-    finally: con.close()
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'writing') from e
+    finally:
+        con.close()
     return len(clean)
 
 # %% ../nbs/10_store.ipynb #e0a1b2d1
-def load_results(run_dir, # a run directory, or a list of them (concatenated)
-                ) -> 'pd.DataFrame':
+def load_results(
+    run_dir,  # a run directory, or a list of them (concatenated)
+) -> 'pd.DataFrame':
     "All result rows as a tidy DataFrame (absent key fields keep their '' / -1 sentinels)."
     import pandas as pd
+
     if isinstance(run_dir, (list, tuple)):
         frames = [load_results(d) for d in run_dir]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RESULT_COLUMNS))
     p = results_path(run_dir)
-    if not p.exists(): raise FileNotFoundError(f'load_results: no results store at {p} (nothing was recorded for run_dir={str(run_dir)!r})')
+    if not p.exists():
+        raise FileNotFoundError(
+            f'load_results: no results store at {p} (nothing was recorded for run_dir={str(run_dir)!r})'
+        )
     return _read(p, 'results', list(RESULT_COLUMNS))
+
 
 def _read(path: Path, table: str, cols: list[str]) -> 'pd.DataFrame':
     "Rows of a checked store's table (a column the previous version lacks comes back as its sentinel)."
     import pandas as pd
+
     con, legacy = _open(path)
     try:
         have = set(_columns(con, table))
-        if not have: return pd.DataFrame(columns=cols)  # the previous version's store without an items table
+        if not have:
+            return pd.DataFrame(columns=cols)  # the previous version's store without an items table
         sel = [c if c in have else f'{KEY_COLUMNS[c][1]!r} AS {c}' for c in cols]
         return pd.read_sql_query(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid", con)
-    except sqlite3.Error as e: raise _sqlite_error(e, path, 'reading') from e
-    finally: con.close()
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'reading') from e
+    finally:
+        con.close()
 
-def load_items(run_dir: str|Path, # a run directory
-               **key, # column values the items must have (e.g. merge_config='ta-0.5', domain='math')
-              ) -> 'pd.DataFrame':
+
+def load_items(
+    run_dir: str | Path,  # a run directory
+    **key,  # column values the items must have (e.g. merge_config='ta-0.5', domain='math')
+) -> 'pd.DataFrame':
     "Per-item scores matching `key`: the key columns, `item` and `value` (empty when none)."
     import pandas as pd
+
     bad = sorted(set(key) - set(KEY_COLUMNS))
-    if bad: raise ValueError(f'load_items: unknown key column(s) {bad}; expected some of {list(KEY_COLUMNS)}')
+    if bad:
+        raise ValueError(f'load_items: unknown key column(s) {bad}; expected some of {list(KEY_COLUMNS)}')
     p = results_path(run_dir)
-    if not p.exists(): return pd.DataFrame(columns=list(ITEM_COLUMNS))
+    if not p.exists():
+        return pd.DataFrame(columns=list(ITEM_COLUMNS))
     df = _read(p, 'items', list(ITEM_COLUMNS))
-    for k, v in key.items(): df = df[df[k] == v]
+    for k, v in key.items():
+        df = df[df[k] == v]
     return df.reset_index(drop=True)

@@ -6,7 +6,12 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
-import math, json, os, inspect, tempfile, warnings
+import math
+import json
+import os
+import inspect
+import tempfile
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch
@@ -14,6 +19,7 @@ from torch import nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .core import positions_from_mask, lm_head, check_choice, stable_hash, save_dir, read_dir
+
 _all_ = ['positions_from_mask']
 
 # %% auto #0
@@ -30,6 +36,7 @@ def _check_size(name, value, lo=1):
         raise ValueError(f"{name}={value!r}: expected an int >= {lo}")
     return value
 
+
 def _bottleneck(hidden_size, rank):
     "`W_down` (r x H, Kaiming-uniform a=sqrt(5)) and `W_up` (H x r, zero), no biases."
     down, up = nn.Linear(hidden_size, rank, bias=False), nn.Linear(rank, hidden_size, bias=False)
@@ -37,14 +44,19 @@ def _bottleneck(hidden_size, rank):
     nn.init.zeros_(up.weight)
     return down, up
 
+
 class SurgeryModule(nn.Module):
     "Base class: the content path `c(h) = W_up ReLU(W_down h)`, input checks, dtype handling, `config()`."
+
     kind = 'base'
     needs_ids = False  # True for a module that looks at the token ids (the token-table control)
-    def __init__(self, hidden_size: int, # H, the LM head's input size
-                 rank: int = 16, # r, the bottleneck width
-                 max_len: int|None = None, # T_max for position-aware modules
-                ):
+
+    def __init__(
+        self,
+        hidden_size: int,  # H, the LM head's input size
+        rank: int = 16,  # r, the bottleneck width
+        max_len: int | None = None,  # T_max for position-aware modules
+    ):
         super().__init__()
         self.hidden_size, self.rank = _check_size('hidden_size', hidden_size), _check_size('rank', rank)
         self.max_len = None if max_len is None else _check_size('max_len', max_len)
@@ -56,41 +68,65 @@ class SurgeryModule(nn.Module):
 
     def lookup(self, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         "Rows of a `max_len x H` table at `positions`; zero rows at positions `>= max_len` (a negative position counts as 0)."
-        if positions.device.type == 'cpu':  # one gather when every position is inside (the CPU raises, it does not assert)
-            try: return F.embedding(positions, table)
-            except IndexError: pass
+        if (
+            positions.device.type == 'cpu'
+        ):  # one gather when every position is inside (the CPU raises, it does not assert)
+            try:
+                return F.embedding(positions, table)
+            except IndexError:
+                pass
         rows = F.embedding(positions.clamp(0, self.max_len - 1), table)  # no host sync on an accelerator
         return rows.masked_fill((positions >= self.max_len).unsqueeze(-1), 0)
 
     def check(self, h, positions):
         "Validate `h` (... x H) and `positions` (same leading shape, integer, >= 0); `None` positions mean `arange(T)`."
-        if not isinstance(h, torch.Tensor): raise TypeError(f"h: expected a torch.Tensor, got {type(h).__name__}")
+        if not isinstance(h, torch.Tensor):
+            raise TypeError(f"h: expected a torch.Tensor, got {type(h).__name__}")
         if h.dim() < 2 or h.shape[-1] != self.hidden_size:
-            raise ValueError(f"h.shape={tuple(h.shape)}: expected (..., T, {self.hidden_size}) for hidden_size={self.hidden_size}")
-        if positions is None: return torch.arange(h.shape[-2], device=h.device).expand(h.shape[:-1])
-        if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-            raise TypeError(f"positions: expected an integer (Long) tensor, got {getattr(positions, 'dtype', type(positions).__name__)}")
+            raise ValueError(
+                f"h.shape={tuple(h.shape)}: expected (..., T, {self.hidden_size}) for hidden_size={self.hidden_size}"
+            )
+        if positions is None:
+            return torch.arange(h.shape[-2], device=h.device).expand(h.shape[:-1])
+        if (
+            not isinstance(positions, torch.Tensor)
+            or positions.is_floating_point()
+            or positions.is_complex()
+            or positions.dtype == torch.bool
+        ):
+            raise TypeError(
+                f"positions: expected an integer (Long) tensor, got {getattr(positions, 'dtype', type(positions).__name__)}"
+            )
         if tuple(positions.shape) != tuple(h.shape[:-1]):
-            raise ValueError(f"positions.shape={tuple(positions.shape)}: expected {tuple(h.shape[:-1])} (h.shape without H)")
+            raise ValueError(
+                f"positions.shape={tuple(positions.shape)}: expected {tuple(h.shape[:-1])} (h.shape without H)"
+            )
         if positions.numel() and int(positions.min()) < 0:
             raise ValueError(f"positions: min={int(positions.min())}, expected absolute positions >= 0")
         return positions.to(device=h.device, dtype=torch.long)
 
-    def correction(self, x, positions, ids=None): raise NotImplementedError
+    def correction(self, x, positions, ids=None):
+        raise NotImplementedError
 
-    def forward(self, h: torch.Tensor, # B x T x H final hidden states
-                positions: torch.Tensor|None = None, # B x T absolute positions (LongTensor)
-                ids: torch.Tensor|None = None, # B x T token ids (only the token-table control uses them)
-               ) -> torch.Tensor:
+    def forward(
+        self,
+        h: torch.Tensor,  # B x T x H final hidden states
+        positions: torch.Tensor | None = None,  # B x T absolute positions (LongTensor)
+        ids: torch.Tensor | None = None,  # B x T token ids (only the token-table control uses them)
+    ) -> torch.Tensor:
         "`h_hat = h - correction`, computed in the module's dtype, returned in `h`'s dtype."
         if self.needs_ids and (ids is None or tuple(ids.shape) != tuple(h.shape[:-1])):
-            raise ValueError(f"ids: {self.kind} surgery needs the token ids, shape {tuple(h.shape[:-1])}; got {None if ids is None else tuple(ids.shape)}")
+            raise ValueError(
+                f"ids: {self.kind} surgery needs the token ids, shape {tuple(h.shape[:-1])}; got {None if ids is None else tuple(ids.shape)}"
+            )
         return self.corrected(h, self.check(h, positions), ids)
 
-    def corrected(self, h: torch.Tensor, # ... x T x H, already checked
-                  positions: torch.LongTensor, # ... x T absolute positions >= 0, already checked
-                  ids: torch.LongTensor|None = None, # ... x T token ids, for a module that needs them
-                 ) -> torch.Tensor:
+    def corrected(
+        self,
+        h: torch.Tensor,  # ... x T x H, already checked
+        positions: torch.LongTensor,  # ... x T absolute positions >= 0, already checked
+        ids: torch.LongTensor | None = None,  # ... x T token ids, for a module that needs them
+    ) -> torch.Tensor:
         "`forward` without the input checks: the fast path of the hook `attach_surgery` installs."
         dtype = self.down.weight.dtype
         x = h if h.dtype == dtype else h.to(dtype)
@@ -100,56 +136,82 @@ class SurgeryModule(nn.Module):
     def config(self) -> dict:
         "What it takes to rebuild this module (`surgery_from_config`)."
         cfg = dict(kind=self.kind, hidden_size=self.hidden_size, rank=self.rank)
-        if self.max_len is not None: cfg['max_len'] = self.max_len
+        if self.max_len is not None:
+            cfg['max_len'] = self.max_len
         return cfg
 
-    def extra_repr(self): return ', '.join(f'{k}={v}' for k, v in self.config().items() if k != 'kind')
+    def extra_repr(self):
+        return ', '.join(f'{k}={v}' for k, v in self.config().items() if k != 'kind')
 
 # %% ../nbs/04_surgery.ipynb #62047e31
 class StandardSurgery(SurgeryModule):
     "Eq. 3: `h_hat = h - W_up ReLU(W_down h)` (Yang et al. 2024a); positions are accepted and ignored."
+
     kind = 'standard'
-    def __init__(self, hidden_size: int, # H
-                 rank: int = 16, # r
-                ): super().__init__(hidden_size, rank)
-    def correction(self, x, positions, ids=None): return self.content(x)
+
+    def __init__(
+        self,
+        hidden_size: int,  # H
+        rank: int = 16,  # r
+    ):
+        super().__init__(hidden_size, rank)
+
+    def correction(self, x, positions, ids=None):
+        return self.content(x)
 
 # %% ../nbs/04_surgery.ipynb #62047e03
 class PositionSurgery(SurgeryModule):
     "DARTS, Eq. 4: `h_hat_t = h_t - c(h_t) - b_t` with a zero-initialised free table `b` (max_len x H)."
+
     kind = 'position'
-    def __init__(self, hidden_size: int, # H
-                 rank: int = 16, # r
-                 max_len: int = 512, # T_max: positions >= max_len get no position correction
-                ):
+
+    def __init__(
+        self,
+        hidden_size: int,  # H
+        rank: int = 16,  # r
+        max_len: int = 512,  # T_max: positions >= max_len get no position correction
+    ):
         super().__init__(hidden_size, rank, max_len)
         self.b = nn.Parameter(torch.zeros(max_len, hidden_size))
-    def correction(self, x, positions, ids=None): return self.content(x) + self.lookup(self.b, positions)
+
+    def correction(self, x, positions, ids=None):
+        return self.content(x) + self.lookup(self.b, positions)
 
 # %% ../nbs/04_surgery.ipynb #62047e05
 class AddSurgery(SurgeryModule):
     "Appendix E 'Add': `h_hat_t = h_t - c(h_t + p_t)`, `p` a zero-initialised learned position embedding."
+
     kind = 'add'
-    def __init__(self, hidden_size: int, # H
-                 rank: int = 16, # r
-                 max_len: int = 512, # T_max: positions >= max_len get p_t = 0
-                ):
+
+    def __init__(
+        self,
+        hidden_size: int,  # H
+        rank: int = 16,  # r
+        max_len: int = 512,  # T_max: positions >= max_len get p_t = 0
+    ):
         super().__init__(hidden_size, rank, max_len)
         self.p = nn.Parameter(torch.zeros(max_len, hidden_size))
-    def correction(self, x, positions, ids=None): return self.content(x + self.lookup(self.p, positions))
+
+    def correction(self, x, positions, ids=None):
+        return self.content(x + self.lookup(self.p, positions))
 
 # %% ../nbs/04_surgery.ipynb #62047e06
 class ParallelSurgery(SurgeryModule):
     "Appendix E 'Parallel': `h_hat_t = h_t - c(h_t) - W'_up ReLU(W'_down p_t)`, two bottlenecks summed."
+
     kind = 'parallel'
-    def __init__(self, hidden_size: int, # H
-                 rank: int = 16, # r (both bottlenecks)
-                 max_len: int = 512, # T_max: positions >= max_len get p_t = 0, so no position correction
-                 init_std: float = 0.02, # p ~ N(0, init_std): a zero p would never train (W'_up gets no gradient)
-                ):
+
+    def __init__(
+        self,
+        hidden_size: int,  # H
+        rank: int = 16,  # r (both bottlenecks)
+        max_len: int = 512,  # T_max: positions >= max_len get p_t = 0, so no position correction
+        init_std: float = 0.02,  # p ~ N(0, init_std): a zero p would never train (W'_up gets no gradient)
+    ):
         super().__init__(hidden_size, rank, max_len)
         self.p = nn.Parameter(torch.randn(max_len, hidden_size) * init_std)
         self.pos_down, self.pos_up = _bottleneck(hidden_size, rank)
+
     def correction(self, x, positions, ids=None):
         p = self.lookup(self.p, positions).to(x.dtype)
         return self.content(x) + self.pos_up(torch.relu(self.pos_down(p)))
@@ -157,72 +219,107 @@ class ParallelSurgery(SurgeryModule):
 # %% ../nbs/04_surgery.ipynb #62047e11
 class TokenSurgery(SurgeryModule):
     "Control: `h_hat_t = h_t - c(h_t) - e_{x_t}`, a zero-initialised table indexed by the token id (vocab_size x H)."
+
     kind = 'token'
     needs_ids = True
-    def __init__(self, hidden_size: int, # H
-                 rank: int = 16, # r
-                 vocab_size: int = 512, # V: rows of the table (the model's vocabulary)
-                ):
+
+    def __init__(
+        self,
+        hidden_size: int,  # H
+        rank: int = 16,  # r
+        vocab_size: int = 512,  # V: rows of the table (the model's vocabulary)
+    ):
         super().__init__(hidden_size, rank)
         self.vocab_size = _check_size('vocab_size', vocab_size)
         self.e = nn.Parameter(torch.zeros(vocab_size, hidden_size))
-    def correction(self, x, positions, ids=None): return self.content(x) + F.embedding(ids, self.e)
-    def config(self) -> dict: return {**super().config(), 'vocab_size': self.vocab_size}
+
+    def correction(self, x, positions, ids=None):
+        return self.content(x) + F.embedding(ids, self.e)
+
+    def config(self) -> dict:
+        return {**super().config(), 'vocab_size': self.vocab_size}
+
 
 class ShuffledPositionSurgery(PositionSurgery):
     "Control: DARTS's table trained on positions shuffled within each row (true positions at evaluation)."
+
     kind = 'shuffled'
+
     def correction(self, x, positions, ids=None):
-        if self.training: positions = positions.gather(-1, torch.argsort(torch.rand(positions.shape, device=positions.device), -1))
+        if self.training:
+            positions = positions.gather(-1, torch.argsort(torch.rand(positions.shape, device=positions.device), -1))
         return super().correction(x, positions)
 
 # %% ../nbs/04_surgery.ipynb #62047e08
-SURGERY_KINDS = {c.kind: c for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)}
+SURGERY_KINDS = {
+    c.kind: c
+    for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)
+}
 SURGERY_ALIASES = {'darts': 'position'}
 
-def surgery_kind(name: str # a key of SURGERY_KINDS or an alias ('darts')
-                ) -> str:
+
+def surgery_kind(
+    name: str,  # a key of SURGERY_KINDS or an alias ('darts')
+) -> str:
     "The registry's name of a module kind."
     return check_choice(SURGERY_ALIASES.get(name, name), SURGERY_KINDS, 'kind')
 
-def make_surgery(kind: str, # a key of SURGERY_KINDS, or 'darts' for 'position'
-                 hidden_size: int, # H
-                 rank: int = 16, # r, the bottleneck width
-                 max_len: int = 512, # T_max of the position-aware kinds (ignored by 'standard')
-                 vocab_size: int|None = None, # V, for the 'token' kind (default: max_len, which matches its parameters)
-                ) -> SurgeryModule:
+
+def make_surgery(
+    kind: str,  # a key of SURGERY_KINDS, or 'darts' for 'position'
+    hidden_size: int,  # H
+    rank: int = 16,  # r, the bottleneck width
+    max_len: int = 512,  # T_max of the position-aware kinds (ignored by 'standard')
+    vocab_size: int | None = None,  # V, for the 'token' kind (default: max_len, which matches its parameters)
+) -> SurgeryModule:
     "A fresh surgery module of `kind`."
     cls = SURGERY_KINDS[surgery_kind(kind)]
-    if cls is StandardSurgery: return cls(hidden_size, rank)
-    if cls is TokenSurgery: return cls(hidden_size, rank, max_len if vocab_size is None else vocab_size)
+    if cls is StandardSurgery:
+        return cls(hidden_size, rank)
+    if cls is TokenSurgery:
+        return cls(hidden_size, rank, max_len if vocab_size is None else vocab_size)
     return cls(hidden_size, rank, max_len)
+
 
 SIZE_KEYS = ('hidden_size', 'rank', 'max_len', 'vocab_size')  # the config keys a module is built from
 
-def check_surgery_config(cfg, # a module's config: `module.config()` or a saved one
-                         where: str = 'cfg', # the file it came from, for messages
-                        ) -> dict:
+
+def check_surgery_config(
+    cfg,  # a module's config: `module.config()` or a saved one
+    where: str = 'cfg',  # the file it came from, for messages
+) -> dict:
     "`cfg`, or a `ValueError` naming `where` and the key that is missing or wrong."
     if not isinstance(cfg, dict) or cfg.get('kind') not in SURGERY_KINDS:
-        raise ValueError(f"{where}: kind={cfg.get('kind') if isinstance(cfg, dict) else None!r}, expected one of {sorted(SURGERY_KINDS)}")
-    for k in (k for k in inspect.signature(SURGERY_KINDS[cfg['kind']]).parameters if k in SIZE_KEYS):  # the sizes this kind takes
-        if k not in cfg: raise ValueError(f"{where}: missing key {k!r}, which a {cfg['kind']!r} module needs")
+        raise ValueError(
+            f"{where}: kind={cfg.get('kind') if isinstance(cfg, dict) else None!r}, expected one of {sorted(SURGERY_KINDS)}"
+        )
+    for k in (
+        k for k in inspect.signature(SURGERY_KINDS[cfg['kind']]).parameters if k in SIZE_KEYS
+    ):  # the sizes this kind takes
+        if k not in cfg:
+            raise ValueError(f"{where}: missing key {k!r}, which a {cfg['kind']!r} module needs")
         v = cfg[k]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{where}: {k}={v!r}, expected an int >= 1")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{where}: {k}={v!r}, expected an int >= 1")
     return cfg
 
-def surgery_from_config(cfg: dict # a `module.config()` dict (extra keys are ignored)
-                       ) -> SurgeryModule:
+
+def surgery_from_config(
+    cfg: dict,  # a `module.config()` dict (extra keys are ignored)
+) -> SurgeryModule:
     "A fresh module of `cfg['kind']` with the sizes in `cfg` (a `ValueError` naming a missing or wrong key)."
     check_surgery_config(cfg)
-    return make_surgery(cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'), cfg.get('vocab_size'))
+    return make_surgery(
+        cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'), cfg.get('vocab_size')
+    )
 
 # %% ../nbs/04_surgery.ipynb #27638ddf
-def apply_surgery(module, # a surgery module, or any `module(h, positions[, ids])`
-                  h: torch.Tensor, # B x T x H hidden states
-                  positions: torch.Tensor, # B x T positions
-                  ids: torch.Tensor|None = None, # B x T token ids, passed on when known
-                 ) -> torch.Tensor:
+def apply_surgery(
+    module,  # a surgery module, or any `module(h, positions[, ids])`
+    h: torch.Tensor,  # B x T x H hidden states
+    positions: torch.Tensor,  # B x T positions
+    ids: torch.Tensor | None = None,  # B x T token ids, passed on when known
+) -> torch.Tensor:
     "`module(h, positions, ids)`, or `module(h, positions)` when the ids are not known."
     return module(h, positions) if ids is None else module(h, positions, ids)
 
@@ -232,48 +329,67 @@ def n_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 # %% ../nbs/04_surgery.ipynb #6f23694f
-try: from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
-except ImportError: _hf_slice_keep = None
+try:
+    from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
+except ImportError:
+    _hf_slice_keep = None
+
 
 def _past_length(cache) -> int:
-    if cache is None: return 0
-    if hasattr(cache, 'get_seq_length'): return int(cache.get_seq_length())
-    try: return int(cache[0][0].shape[-2])  # legacy tuple cache
-    except Exception: return 0
+    if cache is None:
+        return 0
+    if hasattr(cache, 'get_seq_length'):
+        return int(cache.get_seq_length())
+    try:
+        return int(cache[0][0].shape[-2])  # legacy tuple cache
+    except Exception:
+        return 0
+
 
 def _slice_keep(positions, logits_to_keep):
     "Slice B x T `positions` the way the model slices its hidden states for `logits_to_keep`."
-    if logits_to_keep is None or (isinstance(logits_to_keep, int) and logits_to_keep == 0): return positions
-    if _hf_slice_keep is not None: return _hf_slice_keep(positions.unsqueeze(-1), logits_to_keep).squeeze(-1)
-    if isinstance(logits_to_keep, int): return positions[:, -logits_to_keep:]
+    if logits_to_keep is None or (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+        return positions
+    if _hf_slice_keep is not None:
+        return _hf_slice_keep(positions.unsqueeze(-1), logits_to_keep).squeeze(-1)
+    if isinstance(logits_to_keep, int):
+        return positions[:, -logits_to_keep:]
     return positions[:, logits_to_keep]
 
 # %% ../nbs/04_surgery.ipynb #6f23694a
-def forward_names(model # a causal LM
-                 ) -> tuple[str, ...]:
+def forward_names(
+    model,  # a causal LM
+) -> tuple[str, ...]:
     "Names of the parameters `model.forward` takes by position, in order (to name a hook's positional arguments)."
     import inspect
+
     ps = inspect.signature(model.forward).parameters.values()
     return tuple(p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 # %% ../nbs/04_surgery.ipynb #6f23694b
-def call_positions(model, # the causal LM being called
-                   args: tuple, # the call's positional arguments
-                   kwargs: dict, # the call's keyword arguments
-                   names: tuple[str, ...]|None = None, # `forward_names(model)`, computed once by `attach_surgery`
-                  ) -> torch.LongTensor:
+def call_positions(
+    model,  # the causal LM being called
+    args: tuple,  # the call's positional arguments
+    kwargs: dict,  # the call's keyword arguments
+    names: tuple[str, ...] | None = None,  # `forward_names(model)`, computed once by `attach_surgery`
+) -> torch.LongTensor:
     "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
     a = _call_args(model, args, kwargs, names)
     ids, emb = a.get('input_ids'), a.get('inputs_embeds')
     x = ids if ids is not None else emb
-    if x is None: raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
+    if x is None:
+        raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
     B, T = x.shape[0], x.shape[1]
     pos, mask = a.get('position_ids'), a.get('attention_mask')
     if pos is not None:  # what generate passes: already padding-aware, usually B x T long on x's device
-        if pos.device != x.device or pos.dtype != torch.long: pos = pos.to(x.device, torch.long)
-        if pos.dim() == 1: pos = pos[None]
-        if pos.dim() == 3: pos = pos[0]  # (3, B, T) multimodal rope ids: take the temporal row
-        if tuple(pos.shape) != (B, T): pos = pos[:, -T:].expand(B, T)
+        if pos.device != x.device or pos.dtype != torch.long:
+            pos = pos.to(x.device, torch.long)
+        if pos.dim() == 1:
+            pos = pos[None]
+        if pos.dim() == 3:
+            pos = pos[0]  # (3, B, T) multimodal rope ids: take the temporal row
+        if tuple(pos.shape) != (B, T):
+            pos = pos[:, -T:].expand(B, T)
     elif isinstance(mask, torch.Tensor) and mask.dim() == 2:
         pos = positions_from_mask(mask.to(x.device))[:, -T:]
     else:
@@ -283,60 +399,81 @@ def call_positions(model, # the causal LM being called
         pos = (start + torch.arange(T, device=x.device)).expand(B, T)
     return _kept(pos, a.get('logits_to_keep', 0))
 
+
 def _call_args(model, args, kwargs, names) -> dict:
     "A call's arguments by name."
-    a = dict(zip(forward_names(model) if names is None else names, args)); a.update(kwargs)
-    if isinstance(a.get('kwargs'), dict): a.update(a['kwargs'])
+    a = dict(zip(forward_names(model) if names is None else names, args))
+    a.update(kwargs)
+    if isinstance(a.get('kwargs'), dict):
+        a.update(a['kwargs'])
     return a
+
 
 def _kept(x, keep):
     "The columns of B x T `x` whose logits the model computes (`logits_to_keep`)."
     return x if isinstance(keep, int) and (keep == 0 or keep >= x.shape[1]) else _slice_keep(x, keep)
 
-def call_ids(model, # the causal LM being called
-             args: tuple, # the call's positional arguments
-             kwargs: dict, # the call's keyword arguments
-             names: tuple[str, ...]|None = None, # `forward_names(model)`
-            ) -> torch.LongTensor|None:
+
+def call_ids(
+    model,  # the causal LM being called
+    args: tuple,  # the call's positional arguments
+    kwargs: dict,  # the call's keyword arguments
+    names: tuple[str, ...] | None = None,  # `forward_names(model)`
+) -> torch.LongTensor | None:
     "The token ids (B x T) of one call, as the LM head sees them; None when it passes embeddings only."
     a = _call_args(model, args, kwargs, names)
     ids = a.get('input_ids')
     return None if ids is None else _kept(ids, a.get('logits_to_keep', 0))
 
 # %% ../nbs/04_surgery.ipynb #a9b4d2bd
-def check_finite(module: nn.Module, # a surgery module
-                 where: str, # who asks, for the message (a function, a file)
-                ) -> nn.Module:
+def check_finite(
+    module: nn.Module,  # a surgery module
+    where: str,  # who asks, for the message (a function, a file)
+) -> nn.Module:
     "`module`, or a `ValueError` naming the tensors of its state that hold NaN or inf."
     bad = [k for k, v in module.state_dict().items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad: raise ValueError(f"{where}: the {getattr(module, 'kind', type(module).__name__)} module has NaN or inf in {bad} "
-                             f"(a diverged training?); it is refused")
+    if bad:
+        raise ValueError(
+            f"{where}: the {getattr(module, 'kind', type(module).__name__)} module has NaN or inf in {bad} "
+            f"(a diverged training?); it is refused"
+        )
     return module
+
 
 def _module_hidden(model) -> int:
     head = lm_head(model)
     w = getattr(head, 'weight', None)
-    if w is not None and w.dim() == 2: return int(w.shape[1])
+    if w is not None and w.dim() == 2:
+        return int(w.shape[1])
     return int(model.config.hidden_size)
 
-def surgery_of(model # a causal LM
-              ) -> SurgeryModule|None:
+
+def surgery_of(
+    model,  # a causal LM
+) -> SurgeryModule | None:
     "The module attached to `model`, or None."
     st = getattr(model, '_darts_surgery', None)
     return None if st is None else st['module']
 
-def detach_surgery(model # a causal LM
-                  ) -> SurgeryModule|None:
+
+def detach_surgery(
+    model,  # a causal LM
+) -> SurgeryModule | None:
     "Remove the attached module's hooks (if any); returns the module that was attached."
     st = model.__dict__.pop('_darts_surgery', None)
-    if st is None: return None
-    for hd in st['handles']: hd.remove()
-    for k in ('extra_repr', 'save_pretrained'): model.__dict__.pop(k, None)
+    if st is None:
+        return None
+    for hd in st['handles']:
+        hd.remove()
+    for k in ('extra_repr', 'save_pretrained'):
+        model.__dict__.pop(k, None)
     return st['module']
 
-def attach_surgery(model, # a Hugging Face causal LM
-                   module: SurgeryModule, # the surgery module; attaching again replaces the previous one
-                  ):
+
+def attach_surgery(
+    model,  # a Hugging Face causal LM
+    module: SurgeryModule,  # the surgery module; attaching again replaces the previous one
+):
     "Make `model` apply `module` to its LM head's input in every forward call (generate, KV cache, left padding)."
     if not isinstance(module, nn.Module) or not hasattr(module, 'hidden_size'):
         raise TypeError(f"module: expected a surgery module, got {type(module).__name__}")
@@ -347,154 +484,246 @@ def attach_surgery(model, # a Hugging Face causal LM
     detach_surgery(model)
     head = lm_head(model)
     w = getattr(head, 'weight', None)
-    if w is not None: module.to(w.device)
+    if w is not None:
+        module.to(w.device)
     state, names = dict(module=module, positions=None, ids=None), forward_names(model)
+
     def record(mod, args, kwargs):
         state['positions'] = call_positions(mod, args, kwargs, names)
         if module.needs_ids:
             state['ids'] = call_ids(mod, args, kwargs, names)
-            if state['ids'] is None: raise ValueError(f"attach_surgery: the {module.kind} module needs input_ids, and the call passes embeddings only")
-    def clear(mod, args, kwargs, out): state['positions'] = state['ids'] = None
+            if state['ids'] is None:
+                raise ValueError(
+                    f"attach_surgery: the {module.kind} module needs input_ids, and the call passes embeddings only"
+                )
+
+    def clear(mod, args, kwargs, out):
+        state['positions'] = state['ids'] = None
+
     def correct(mod, args):
         pos, ids = state['positions'], state['ids']
-        if pos is None or not args: return None
+        if pos is None or not args:
+            return None
         h = args[0]
         if tuple(pos.shape) != tuple(h.shape[:-1]):
-            raise RuntimeError(f"attach_surgery: recorded positions {tuple(pos.shape)} do not match the LM head input {tuple(h.shape)}")
-        if module.down.weight.device != h.device: module.to(h.device)  # the model was moved after attaching
+            raise RuntimeError(
+                f"attach_surgery: recorded positions {tuple(pos.shape)} do not match the LM head input {tuple(h.shape)}"
+            )
+        if module.down.weight.device != h.device:
+            module.to(h.device)  # the model was moved after attaching
         return (module.corrected(h, pos.to(h.device), None if ids is None else ids.to(h.device)),) + tuple(args[1:])
-    handles = [model.register_forward_pre_hook(record, with_kwargs=True),
-               model.register_forward_hook(clear, with_kwargs=True, always_call=True),
-               head.register_forward_pre_hook(correct)]
+
+    handles = [
+        model.register_forward_pre_hook(record, with_kwargs=True),
+        model.register_forward_hook(clear, with_kwargs=True, always_call=True),
+        head.register_forward_pre_hook(correct),
+    ]
+
     def save_pretrained(save_directory, *a, **k):  # the checkpoint alone would silently lose the correction
-        out, beside = type(model).save_pretrained(model, save_directory, *a, **k), Path(save_directory)/'darts_surgery'
-        warnings.warn(f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, to {beside} "
-                      f"(SurgeryModule.from_pretrained, then attach_surgery)", stacklevel=2); save_surgery(module, beside, **getattr(module, 'meta', {}))
+        out, beside = (
+            type(model).save_pretrained(model, save_directory, *a, **k),
+            Path(save_directory) / 'darts_surgery',
+        )
+        warnings.warn(
+            f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, to {beside} "
+            f"(SurgeryModule.from_pretrained, then attach_surgery)",
+            stacklevel=2,
+        )
+        save_surgery(module, beside, **getattr(module, 'meta', {}))
         return out
-    model.__dict__.update(_darts_surgery=dict(module=module, handles=handles, state=state), save_pretrained=save_pretrained,
-                          extra_repr=lambda: f'darts_surgery={module.kind}(hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len})')
+
+    model.__dict__.update(
+        _darts_surgery=dict(module=module, handles=handles, state=state),
+        save_pretrained=save_pretrained,
+        extra_repr=lambda: (
+            f'darts_surgery={module.kind}(hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len})'
+        ),
+    )
     return model
 
 # %% ../nbs/04_surgery.ipynb #a7c46803
 @contextmanager
-def surgery(model, # a Hugging Face causal LM
-            module: SurgeryModule|str|None, # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
-           ):
+def surgery(
+    model,  # a Hugging Face causal LM
+    module: SurgeryModule
+    | str
+    | None,  # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
+):
     "Attach `module` to `model` inside a `with` block, then restore what was attached before."
     prev = detach_surgery(model)
     try:
-        if module is not None: attach_surgery(model, model.__dict__['_darts_named'][module] if isinstance(module, str) else module)
+        if module is not None:
+            attach_surgery(model, model.__dict__['_darts_named'][module] if isinstance(module, str) else module)
         yield model
     finally:
         detach_surgery(model)
-        if prev is not None: attach_surgery(model, prev)
+        if prev is not None:
+            attach_surgery(model, prev)
 
 # %% ../nbs/04_surgery.ipynb #a9b4d2be
 WEIGHTS, CONFIG, CARD = 'surgery_model.safetensors', 'surgery_config.json', 'README.md'
 OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
 
-def _merge_config_hash(merged_model) -> str|None:
+
+def _merge_config_hash(merged_model) -> str | None:
     "The hash of a local merge's `merge.yaml` (the merge config), or None."
     import yaml
-    try: return stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser()/'merge.yaml').read_text())) if merged_model else None
-    except Exception: return None
+
+    try:
+        return (
+            stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser() / 'merge.yaml').read_text()))
+            if merged_model
+            else None
+        )
+    except Exception:
+        return None
+
 
 def _own_files(path: Path) -> set:
     "The files a module folder at `path` may hold: the old format's only where `path` is an old module (not a model's config.json)."
-    try: old = (path/OLD_WEIGHTS).is_file() or json.loads((path/OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
-    except Exception: old = False
+    try:
+        old = (path / OLD_WEIGHTS).is_file() or json.loads((path / OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
+    except Exception:
+        old = False
     return {WEIGHTS, CONFIG, CARD} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
 
-def save_surgery(module: SurgeryModule, # the module to save (finite weights)
-                 path: str|Path, # a folder of its own: created, or replaced when it holds a module only
-                 **meta, # merged_model, merge_config_hash, expert, domain, loss, seed, ... (JSON-serialisable)
-                ) -> Path:
+
+def save_surgery(
+    module: SurgeryModule,  # the module to save (finite weights)
+    path: str | Path,  # a folder of its own: created, or replaced when it holds a module only
+    **meta,  # merged_model, merge_config_hash, expert, domain, loss, seed, ... (JSON-serialisable)
+) -> Path:
     "Write `module` as `surgery_model.safetensors` + `surgery_config.json` into folder `path`, atomically."
     from safetensors.torch import save
     import darts_nb
-    if not isinstance(module, SurgeryModule): raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
-    path = Path(path); check_finite(module, f'save_surgery({str(path)!r})')
+
+    if not isinstance(module, SurgeryModule):
+        raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
+    path = Path(path)
+    check_finite(module, f'save_surgery({str(path)!r})')
     meta.setdefault('merge_config_hash', _merge_config_hash(meta.get('merged_model')))
-    cfg = {**{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')}, **meta, **module.config(),
-           'version': darts_nb.__version__, 'dtype': str(module.down.weight.dtype).replace('torch.', '')}
+    cfg = {
+        **{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')},
+        **meta,
+        **module.config(),
+        'version': darts_nb.__version__,
+        'dtype': str(module.down.weight.dtype).replace('torch.', ''),
+    }
     weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
     files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str), CARD: surgery_card(cfg)}
     return save_dir(path, files, _own_files(path), 'surgery module')
 
-def surgery_card(cfg: dict # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
-                ) -> str:
+
+def surgery_card(
+    cfg: dict,  # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
+) -> str:
     "The module's model card (README.md): what it corrects, how it was calibrated, its held-out numbers, how to load it."
     g = lambda k: cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
     rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
-    return (f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n# DARTS surgery module: "
-            f"{cfg.get('kind')}, {g('domain')}\n\nCorrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
-            f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: hidden size {cfg.get('hidden_size')}, rank "
-            f"{cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb "
-            f"{g('version')}). Held-out rho_L1: {g('rho_l1')}.\n\n| held-out score | value |\n|---|---|\n{rows}\n```python\n"
-            f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
-            f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n")
+    return (
+        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n# DARTS surgery module: "
+        f"{cfg.get('kind')}, {g('domain')}\n\nCorrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
+        f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: hidden size {cfg.get('hidden_size')}, rank "
+        f"{cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb "
+        f"{g('version')}). Held-out rho_L1: {g('rho_l1')}.\n\n| held-out score | value |\n|---|---|\n{rows}\n```python\n"
+        f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
+        f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n"
+    )
 
 # %% ../nbs/04_surgery.ipynb #a9b4d202
 def _parse_config(data: bytes, where: Path) -> dict:
-    try: cfg = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{where}: corrupt JSON ({e})") from None
+    try:
+        cfg = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where}: corrupt JSON ({e})") from None
     return check_surgery_config(cfg, str(where))
 
-def _read_saved(path: Path) -> tuple[dict, Path, bytes|None, Path]:
+
+def _read_saved(path: Path) -> tuple[dict, Path, bytes | None, Path]:
     "(config, its file, the weights' bytes, their file) of the module in `path`, the files from one version of the folder."
     expected = f"expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}"
-    if not path.is_dir(): raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
+    if not path.is_dir():
+        raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
     got = read_dir(path, (CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS))
     c, w = (CONFIG, WEIGHTS) if got[CONFIG] is not None or got[WEIGHTS] is not None else (OLD_CONFIG, OLD_WEIGHTS)
     if got[c] is None or (c == OLD_CONFIG and got[w] is None and b'"kind"' not in got[c]):
-        raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (it holds {sorted(os.listdir(path))[:6]}; {expected})")
-    return _parse_config(got[c], path/c), path/c, got[w], path/w
+        raise FileNotFoundError(
+            f"path={str(path)!r}: no saved surgery module here (it holds {sorted(os.listdir(path))[:6]}; {expected})"
+        )
+    return _parse_config(got[c], path / c), path / c, got[w], path / w
 
-def read_surgery_config(path: str|Path # a folder written by `save_surgery`
-                       ) -> dict:
+
+def read_surgery_config(
+    path: str | Path,  # a folder written by `save_surgery`
+) -> dict:
     "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
     return _read_saved(Path(path))[0]
 
-def load_surgery(path: str|Path, # a folder written by `save_surgery`
-                 expect_hidden: int|None = None, # fail unless the module's hidden size is this (the target model's H)
-                 device: str|torch.device|None = None, # where to put the module (default CPU)
-                ) -> SurgeryModule:
+
+def load_surgery(
+    path: str | Path,  # a folder written by `save_surgery`
+    expect_hidden: int | None = None,  # fail unless the module's hidden size is this (the target model's H)
+    device: str | torch.device | None = None,  # where to put the module (default CPU)
+) -> SurgeryModule:
     "Rebuild a saved module (in eval mode, finite weights checked); its config is in `module.meta`."
     from safetensors.torch import load
-    path = Path(path); cfg, cfile, data, wfile = _read_saved(path)
+
+    path = Path(path)
+    cfg, cfile, data, wfile = _read_saved(path)
     if expect_hidden is not None and cfg.get('hidden_size') != expect_hidden:
-        raise ValueError(f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}")
-    if data is None: raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
-    try: sd = load(data)
-    except Exception as e: raise ValueError(f"{wfile}: corrupt safetensors file ({e})") from None
+        raise ValueError(
+            f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}"
+        )
+    if data is None:
+        raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
+    try:
+        sd = load(data)
+    except Exception as e:
+        raise ValueError(f"{wfile}: corrupt safetensors file ({e})") from None
     module = surgery_from_config(cfg)
     want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got: raise ValueError(f"{wfile}: tensors {got} do not match the config's module {want}")
+    if want != got:
+        raise ValueError(f"{wfile}: tensors {got} do not match the config's module {want}")
     module.load_state_dict(sd)
     check_finite(module, str(wfile))
     module.meta = cfg
     return module.to(device or 'cpu').eval()
 
+
 @patch(cls_method=True)
-def from_pretrained(cls: SurgeryModule, path_or_id: str|Path, # a folder written by `save_surgery`, or a hub repo id holding one
-                    revision: str|None = None, **kw, # the hub revision; `load_surgery`'s expect_hidden, device
-                   ) -> SurgeryModule:
+def from_pretrained(
+    cls: SurgeryModule,
+    path_or_id: str | Path,  # a folder written by `save_surgery`, or a hub repo id holding one
+    revision: str | None = None,
+    **kw,  # the hub revision; `load_surgery`'s expect_hidden, device
+) -> SurgeryModule:
     "A saved module from a local folder or the hub (downloaded into the hub cache; offline: only what the cache holds)."
     p = Path(str(path_or_id)).expanduser()
     if not p.is_dir():
         from huggingface_hub import snapshot_download
+
         p = Path(snapshot_download(str(path_or_id), revision=revision, allow_patterns=[CONFIG, WEIGHTS, CARD]))
     return load_surgery(p, **kw)
 
+
 @patch
-def push_to_hub(self: SurgeryModule, repo_id: str, # the hub repo to create or update
-                private: bool|None = None, token: str|None = None, # the repo's visibility; a token (default: the logged-in one)
-                api=None, **meta, # a `huggingface_hub.HfApi` (tests: a stand-in); provenance and held-out results (`save_surgery`)
-               ) -> str:
+def push_to_hub(
+    self: SurgeryModule,
+    repo_id: str,  # the hub repo to create or update
+    private: bool | None = None,
+    token: str | None = None,  # the repo's visibility; a token (default: the logged-in one)
+    api=None,
+    **meta,  # a `huggingface_hub.HfApi` (tests: a stand-in); provenance and held-out results (`save_surgery`)
+) -> str:
     "Save this module (config, weights, model card) and upload it to the hub repo `repo_id`; the commit's URL."
-    if api is None: from huggingface_hub import HfApi; api = HfApi(token=token)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
     with tempfile.TemporaryDirectory() as d:
-        folder = save_surgery(self, Path(d)/'module', **{**getattr(self, 'meta', {}), **meta})
+        folder = save_surgery(self, Path(d) / 'module', **{**getattr(self, 'meta', {}), **meta})
         api.create_repo(repo_id, private=private, exist_ok=True)
-        return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'DARTS {self.kind} module'))
+        return str(
+            api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'DARTS {self.kind} module')
+        )

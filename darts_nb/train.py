@@ -6,7 +6,8 @@ Docs: https://darts-nb.github.io/darts_nb/train.html.md"""
 
 # %% ../nbs/07_train.ipynb #8145c66e
 from __future__ import annotations
-import math, numbers
+import math
+import numbers
 import torch
 from tqdm.auto import tqdm
 from .core import positions_from_mask
@@ -21,134 +22,186 @@ __all__ = ['batch_order', 'zero_pads', 'train_surgery', 'l1_reduction', 'argmax_
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
     ps = list(module.parameters())
-    if not ps: raise ValueError(f"module: {type(module).__name__} has no parameters to train")
+    if not ps:
+        raise ValueError(f"module: {type(module).__name__} has no parameters to train")
     return ps[0].device
+
 
 def _frozen_weight(head, device) -> torch.Tensor:
     "The head's V x H weight, detached, float32, on `device`."
     w = head if isinstance(head, torch.Tensor) else getattr(head, 'weight', None)
-    if not isinstance(w, torch.Tensor): raise TypeError(f"head: expected an LM head module or a V x H weight tensor, got {type(head).__name__}")
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"head: expected an LM head module or a V x H weight tensor, got {type(head).__name__}")
     return w.detach().to(device, torch.float32)
 
+
 def _check_train_args(cache, loss, iters, batch_size, lr, head, betas=(0.9, 0.999), seed=0):
-    if not isinstance(cache, HiddenCache): raise TypeError(f"cache: expected a HiddenCache, got {type(cache).__name__}")
+    if not isinstance(cache, HiddenCache):
+        raise TypeError(f"cache: expected a HiddenCache, got {type(cache).__name__}")
     get_loss(loss)
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1: raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr: expected a finite number > 0, got {lr!r}")
-    if (not isinstance(betas, (tuple, list)) or len(betas) != 2
-            or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+    if (
+        not isinstance(betas, (tuple, list))
+        or len(betas) != 2
+        or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
+    ):
         raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int): raise ValueError(f"seed: expected an integer, got {seed!r}")
-    if 'head' in LOSS_NEEDS[loss] and head is None: raise ValueError(f"loss={loss!r} needs head= (the expert's LM head), got None")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed: expected an integer, got {seed!r}")
+    if 'head' in LOSS_NEEDS[loss] and head is None:
+        raise ValueError(f"loss={loss!r} needs head= (the expert's LM head), got None")
     cache.check()
 
 # %% ../nbs/07_train.ipynb #f5a0f903
-def batch_order(n: int, # prompts in the calibration set
-                batch_size: int, # prompts per batch
-                iters: int, # batches wanted
-                seed: int = 0, # seeds the generator
-               ):
+def batch_order(
+    n: int,  # prompts in the calibration set
+    batch_size: int,  # prompts per batch
+    iters: int,  # batches wanted
+    seed: int = 0,  # seeds the generator
+):
     "Prompt indices of each batch: a fresh seeded permutation every epoch, cut into batches (the last may be short)."
-    g = torch.Generator().manual_seed(seed); it = 0
+    g = torch.Generator().manual_seed(seed)
+    it = 0
     while True:
         perm = torch.randperm(n, generator=g)
         for i in range(0, n, batch_size):
-            if it == iters: return
-            yield perm[i:i+batch_size]; it += 1
+            if it == iters:
+                return
+            yield perm[i : i + batch_size]
+            it += 1
 
 # %% ../nbs/07_train.ipynb #f5a0f905
 def _batch(cache, idx, device):
     idx = idx.to(cache.device)
     m = cache.mask[idx]
-    return (cache.merged[idx].to(device, torch.float32), cache.target[idx].to(device, torch.float32),
-            cache.entropy[idx].to(device, torch.float32), m.to(device), positions_from_mask(m).to(device),
-            None if cache.ids is None else cache.ids[idx].to(device))
+    return (
+        cache.merged[idx].to(device, torch.float32),
+        cache.target[idx].to(device, torch.float32),
+        cache.entropy[idx].to(device, torch.float32),
+        m.to(device),
+        positions_from_mask(m).to(device),
+        None if cache.ids is None else cache.ids[idx].to(device),
+    )
 
-def zero_pads(cache: HiddenCache # calibration hidden states
-             ) -> HiddenCache:
+
+def zero_pads(
+    cache: HiddenCache,  # calibration hidden states
+) -> HiddenCache:
     "`cache` when its pad positions hold zeros (as `build_cache` stores them), else a copy with zeros there (NaN and huge values included)."
     pad = ~cache.mask
-    if not any(bool(getattr(cache, k)[pad].ne(0).any()) for k in ('merged', 'target', 'entropy')): return cache
+    if not any(bool(getattr(cache, k)[pad].ne(0).any()) for k in ('merged', 'target', 'entropy')):
+        return cache
     out = cache._with(torch.clone)
-    for k in ('merged', 'target', 'entropy'): getattr(out, k)[pad] = 0
+    for k in ('merged', 'target', 'entropy'):
+        getattr(out, k)[pad] = 0
     return out
 
-def _diverged(step, iters, value, lr, loss, what):
-    return FloatingPointError(f"train_surgery: {what} at step {step} of {iters} (loss={loss!r}, loss value {value}, lr={lr}): "
-                              f"training diverged and is stopped; try a smaller lr")
 
-def train_surgery(module: torch.nn.Module, # a surgery module: forward(h, positions) -> corrected h
-                  cache: HiddenCache, # calibration hidden states
-                  loss: str = 'ewl1', # a name in darts_nb.losses.LOSSES
-                  iters: int = 500, # optimiser steps
-                  lr: float = 1e-3, # Adam learning rate
-                  batch_size: int = 8, # prompts per step
-                  seed: int = 0, # fixes the shuffle order (and nothing else)
-                  head=None, # the expert's LM head (module or weight), required for 'kl' and 'ce'
-                  progress: bool = True, # show a tqdm bar
-                  betas: tuple[float, float] = (0.9, 0.999), # Adam betas
-                 ) -> list[float]:
+def _diverged(step, iters, value, lr, loss, what):
+    return FloatingPointError(
+        f"train_surgery: {what} at step {step} of {iters} (loss={loss!r}, loss value {value}, lr={lr}): "
+        f"training diverged and is stopped; try a smaller lr"
+    )
+
+
+def train_surgery(
+    module: torch.nn.Module,  # a surgery module: forward(h, positions) -> corrected h
+    cache: HiddenCache,  # calibration hidden states
+    loss: str = 'ewl1',  # a name in darts_nb.losses.LOSSES
+    iters: int = 500,  # optimiser steps
+    lr: float = 1e-3,  # Adam learning rate
+    batch_size: int = 8,  # prompts per step
+    seed: int = 0,  # fixes the shuffle order (and nothing else)
+    head=None,  # the expert's LM head (module or weight), required for 'kl' and 'ce'
+    progress: bool = True,  # show a tqdm bar
+    betas: tuple[float, float] = (0.9, 0.999),  # Adam betas
+) -> list[float]:
     "Train `module` in place on `cache`; returns the loss after each step."
     _check_train_args(cache, loss, iters, batch_size, lr, head, betas, seed)
     cache, dev = zero_pads(cache), _module_device(module)
     w = None if head is None else _frozen_weight(head, dev)
     params = list(module.parameters())
     opt = torch.optim.Adam(params, lr=lr, betas=betas)
-    module.train(); hist = []
-    bar = tqdm(batch_order(len(cache), batch_size, iters, seed), total=iters, desc=f'surgery/{loss}', disable=not progress)
+    module.train()
+    hist = []
+    bar = tqdm(
+        batch_order(len(cache), batch_size, iters, seed), total=iters, desc=f'surgery/{loss}', disable=not progress
+    )
     for step, idx in enumerate(bar, 1):
         hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
         l = compute_loss(loss, apply_surgery(module, hm, pos, ids), hk, m, entropy=ent, head=w)
-        opt.zero_grad(set_to_none=True); l.backward()
+        opt.zero_grad(set_to_none=True)
+        l.backward()
         hist.append(l.item())
-        if not math.isfinite(hist[-1]): raise _diverged(step, iters, hist[-1], lr, loss, 'the loss is not finite')  # before the step: the weights are still finite
+        if not math.isfinite(hist[-1]):
+            raise _diverged(
+                step, iters, hist[-1], lr, loss, 'the loss is not finite'
+            )  # before the step: the weights are still finite
         opt.step()
         if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
             raise _diverged(step, iters, hist[-1], lr, loss, 'a parameter became NaN or inf')
-        if step % 10 == 0: bar.set_postfix(loss=f'{hist[-1]:.4g}')
+        if step % 10 == 0:
+            bar.set_postfix(loss=f'{hist[-1]:.4g}')
     module.eval()
     return hist
 
 # %% ../nbs/07_train.ipynb #d95a47e1
 def _batches(cache, batch_size, device):
-    for i in range(0, len(cache), batch_size): yield _batch(cache, torch.arange(i, min(i+batch_size, len(cache))), device)
+    for i in range(0, len(cache), batch_size):
+        yield _batch(cache, torch.arange(i, min(i + batch_size, len(cache))), device)
+
 
 def _device_of(module, cache):
     return cache.device if module is None else _module_device(module)
 
-def l1_reduction(module: torch.nn.Module|None, # a surgery module; None = no surgery (rho 0)
-                 cache: HiddenCache, # hidden states to measure on (held-out prompts)
-                 where: torch.Tensor|None = None, # N x T bool: measure on these tokens only (default: every real token)
-                ) -> float:
+
+def l1_reduction(
+    module: torch.nn.Module | None,  # a surgery module; None = no surgery (rho 0)
+    cache: HiddenCache,  # hidden states to measure on (held-out prompts)
+    where: torch.Tensor | None = None,  # N x T bool: measure on these tokens only (default: every real token)
+) -> float:
     "Eq. 7: the fraction of the summed L1 representation bias (Eq. 2, `bias.token_bias`) the module removes."
     cache.check()
-    if module is not None: module.eval()
+    if module is not None:
+        module.eval()
     keep = cache.mask.cpu() if where is None else (cache.mask.cpu() & where.cpu().bool())
     before = token_bias(cache)[keep].sum().item()
-    if before == 0: raise ValueError("cache: merged and target hidden states are identical at every measured position; rho is undefined")
+    if before == 0:
+        raise ValueError(
+            "cache: merged and target hidden states are identical at every measured position; rho is undefined"
+        )
     return 1 - (token_bias(cache, module)[keep].sum().item() if module is not None else before) / before
 
 # %% ../nbs/07_train.ipynb #d95a47e2
 @torch.no_grad()
-def argmax_agreement(module: torch.nn.Module|None, # a surgery module; None = no surgery
-                     cache: HiddenCache, # hidden states to measure on
-                     head, # the expert's LM head (module or V x H weight)
-                     batch_size: int = 8, # prompts per forward pass
-                    ) -> float:
+def argmax_agreement(
+    module: torch.nn.Module | None,  # a surgery module; None = no surgery
+    cache: HiddenCache,  # hidden states to measure on
+    head,  # the expert's LM head (module or V x H weight)
+    batch_size: int = 8,  # prompts per forward pass
+) -> float:
     "Fraction of real positions where argmax(head(corrected h^M)) == argmax(head(h^k))."
     return float(token_agreement(module, cache, head, batch_size).nanmean())
 
+
 @torch.no_grad()
-def token_agreement(module: torch.nn.Module|None, # a surgery module; None = no surgery
-                    cache: HiddenCache, # hidden states to measure on
-                    head, # the expert's LM head (module or V x H weight)
-                    batch_size: int = 8, # prompts per forward pass
-                   ) -> torch.Tensor:
+def token_agreement(
+    module: torch.nn.Module | None,  # a surgery module; None = no surgery
+    cache: HiddenCache,  # hidden states to measure on
+    head,  # the expert's LM head (module or V x H weight)
+    batch_size: int = 8,  # prompts per forward pass
+) -> torch.Tensor:
     "Per token (N x T float32: 1 agree, 0 not, NaN at pads): does the expert's head pick the same token from both states?"
-    cache.check(); dev = _device_of(module, cache); w = _frozen_weight(head, dev)
-    if module is not None: module.eval()
+    cache.check()
+    dev = _device_of(module, cache)
+    w = _frozen_weight(head, dev)
+    if module is not None:
+        module.eval()
     out = []
     for hm, hk, _, m, pos, ids in _batches(cache, batch_size, dev):
         hh = hm if module is None else apply_surgery(module, hm, pos, ids)

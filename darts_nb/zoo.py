@@ -6,14 +6,39 @@ Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
 # %% ../nbs/03_zoo.ipynb #9df22916
 from __future__ import annotations
-import json, math, random, re, shutil, sys, time
+import json
+import math
+import random
+import re
+import shutil
+import sys
+import time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, in_notebook, set_seed, default_device, default_dtype, stable_hash, atomic_path, write_json, check_choice, LineLog
+from darts_nb.core import (
+    darts_home,
+    in_notebook,
+    set_seed,
+    default_device,
+    default_dtype,
+    stable_hash,
+    atomic_path,
+    write_json,
+    check_choice,
+    LineLog,
+)
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
-from .hub import PAPER_MODELS, resolve_models, is_hub_id, CorruptFile, read_json, check_safetensors, check_checkpoint_files
+from darts_nb.hub import (
+    PAPER_MODELS,
+    resolve_models,
+    is_hub_id,
+    CorruptFile,
+    read_json,
+    check_safetensors,
+    check_checkpoint_files,
+)
 
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'PROFILE_KEYS',
@@ -26,314 +51,493 @@ __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_F
 @dataclass(frozen=True)
 class ZooSpec:
     "The recipe of a zoo: architecture, data and training budget."
+
     size: str  # its name
-    hidden: int; layers: int; heads: int; intermediate: int; vocab: int  # the Llama architecture
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    vocab: int  # the Llama architecture
     base_steps: int  # pre-training steps of the base
     expert_steps: dict  # domain -> fine-tuning steps of its expert
     expert_lr: dict  # domain -> its expert's peak learning rate (gentle: small task vectors)
     batch: int = 8  # packed sequences per step
     lr: float = 3e-3  # the base's peak learning rate
     max_len: int = 512  # tokens per packed sequence
-    paired: dict = field(default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4})  # domain -> share of solved examples in the base's text
+    paired: dict = field(
+        default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4}
+    )  # domain -> share of solved examples in the base's text
     replay: float = 0.3  # share of the base's own sequences in each expert's fine-tuning (at most all of them)
     docs: int = 30000  # documents drawn for the base's corpus
 
+
 ZOO_SIZES = {
-    'ci':  ZooSpec('ci',  hidden=64,  layers=2, heads=4, intermediate=192, vocab=512, base_steps=300,  # small and fast, for tests: weak
-                   expert_steps={'code': 150, 'math': 150, 'instruct': 150}, expert_lr={'code': 3e-3, 'math': 3e-3, 'instruct': 3e-3}),
-    'toy': ZooSpec('toy', hidden=128, layers=4, heads=4, intermediate=384, vocab=512, base_steps=320,
-                   expert_steps={'code': 100, 'math': 120, 'instruct': 200}, expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
-                   replay=0.6),  # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
+    'ci': ZooSpec(
+        'ci',
+        hidden=64,
+        layers=2,
+        heads=4,
+        intermediate=192,
+        vocab=512,
+        base_steps=300,  # small and fast, for tests: weak
+        expert_steps={'code': 150, 'math': 150, 'instruct': 150},
+        expert_lr={'code': 3e-3, 'math': 3e-3, 'instruct': 3e-3},
+    ),
+    'toy': ZooSpec(
+        'toy',
+        hidden=128,
+        layers=4,
+        heads=4,
+        intermediate=384,
+        vocab=512,
+        base_steps=320,
+        expert_steps={'code': 100, 'math': 120, 'instruct': 200},
+        expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
+        replay=0.6,
+    ),  # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
 }
 ROLES = ('base',) + DOMAINS  # the models of a zoo or a profile
 
-def zoo_spec(size: str # a name in ZOO_SIZES
-            ) -> ZooSpec:
+
+def zoo_spec(
+    size: str,  # a name in ZOO_SIZES
+) -> ZooSpec:
     "The `ZooSpec` of a named size."
     return ZOO_SIZES[check_choice(size, ZOO_SIZES, 'size')]
 
 # %% ../nbs/03_zoo.ipynb #d42c7502
-def zoo_dir(size: str = 'toy', # a name in ZOO_SIZES
-            seed: int = 0, # the build seed
-           ) -> Path:
+def zoo_dir(
+    size: str = 'toy',  # a name in ZOO_SIZES
+    seed: int = 0,  # the build seed
+) -> Path:
     "Where a zoo lives: `DARTS_HOME/zoo` for the default toy zoo, `zoo-<size>[-s<seed>]` otherwise."
     zoo_spec(size)
-    return darts_home()/('zoo' if (size, seed) == ('toy', 0) else f'zoo-{size}' + (f'-s{seed}' if seed else ''))
+    return darts_home() / ('zoo' if (size, seed) == ('toy', 0) else f'zoo-{size}' + (f'-s{seed}' if seed else ''))
 
 # %% ../nbs/03_zoo.ipynb #068a2023
 SPECIALS = ['<pad>', '<s>', '</s>', '<unk>']
 
-def corpus(split: str = 'train' # the split of every domain to read
-          ) -> list[str]:
+
+def corpus(
+    split: str = 'train',  # the split of every domain to read
+) -> list[str]:
     "Every query and target text of a split, all domains."
     return [t for d in DOMAINS for it in load_split(d, split) for t in (it['query'], it['target'])]
 
 # %% ../nbs/03_zoo.ipynb #068a2024
-def train_tokenizer(texts: list[str], # training text
-                    vocab_size: int = 512, # target vocabulary size, specials included
-                   ) -> 'PreTrainedTokenizerFast':
+def train_tokenizer(
+    texts: list[str],  # training text
+    vocab_size: int = 512,  # target vocabulary size, specials included
+) -> 'PreTrainedTokenizerFast':
     "A byte-level BPE tokenizer wrapped as `PreTrainedTokenizerFast` (pad left, `<s>` prepended)."
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors
     from transformers import PreTrainedTokenizerFast
+
     tk = Tokenizer(models.BPE(unk_token='<unk>'))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tk.post_processor = processors.TemplateProcessing(single='<s> $A', pair='<s> $A <s> $B', special_tokens=[('<s>', 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', bos_token='<s>', eos_token='</s>',
-                                   unk_token='<unk>', padding_side='left', model_max_length=2048)
+    tk.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    tk.post_processor = processors.TemplateProcessing(
+        single='<s> $A', pair='<s> $A <s> $B', special_tokens=[('<s>', 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        pad_token='<pad>',
+        bos_token='<s>',
+        eos_token='</s>',
+        unk_token='<unk>',
+        padding_side='left',
+        model_max_length=2048,
+    )
 
 # %% ../nbs/03_zoo.ipynb #341b1a2a
-def fragment(item: dict, # a training item
-             rng: random.Random, # picks which fragment
-            ) -> str:
+def fragment(
+    item: dict,  # a training item
+    rng: random.Random,  # picks which fragment
+) -> str:
     "Text of an item that solves nothing: the question without its answer cue, or the answer alone."
-    if rng.random() < 0.5: return item['target'].strip()
-    if item['domain'] == 'code': return item['query'].split('\n')[1].strip().strip('"')  # the docstring's first line
+    if rng.random() < 0.5:
+        return item['target'].strip()
+    if item['domain'] == 'code':
+        return item['query'].split('\n')[1].strip().strip('"')  # the docstring's first line
     return item['query'].rsplit('\n', 1)[0]  # without 'Answer:' / 'Response:'
 
-def base_documents(rng: random.Random, # draws the documents
-                   n: int, # how many
-                   paired: dict, # domain -> share of solved examples among its documents
-                  ) -> list[list[tuple[str, bool]]]:
+
+def base_documents(
+    rng: random.Random,  # draws the documents
+    n: int,  # how many
+    paired: dict,  # domain -> share of solved examples among its documents
+) -> list[list[tuple[str, bool]]]:
     "The base's corpus: fragments of every domain and a share of solved examples."
     train = {d: load_split(d, 'train') for d in DOMAINS}
     docs = []
     for _ in range(n):
-        d = rng.choice(DOMAINS); it = rng.choice(train[d])
+        d = rng.choice(DOMAINS)
+        it = rng.choice(train[d])
         docs.append([(it['query'] + it['target'], True)] if rng.random() < paired[d] else [(fragment(it, rng), True)])
     return docs
 
-def expert_documents(domain: str, # one of DOMAINS
-                     rng: random.Random, # draws the documents
-                     n: int, # how many
-                     max_shots: int = 12, # solved examples per document, at most
-                    ) -> list[list[tuple[str, bool]]]:
+
+def expert_documents(
+    domain: str,  # one of DOMAINS
+    rng: random.Random,  # draws the documents
+    n: int,  # how many
+    max_shots: int = 12,  # solved examples per document, at most
+) -> list[list[tuple[str, bool]]]:
     "Few-shot documents of one domain: solved examples in a row, trained on the answers only."
     train = load_split(domain, 'train')
-    return [[p for it in rng.choices(train, k=rng.randint(1, max_shots)) for p in ((it['query'], False), (it['target'] + '\n\n', True))]
-            for _ in range(n)]
+    return [
+        [
+            p
+            for it in rng.choices(train, k=rng.randint(1, max_shots))
+            for p in ((it['query'], False), (it['target'] + '\n\n', True))
+        ]
+        for _ in range(n)
+    ]
 
 # %% ../nbs/03_zoo.ipynb #341b1a2b
-def pack(tok, # the tokenizer
-         docs: list[list[tuple[str, bool]]], # documents of (text, trained) pieces
-         max_len: int, # tokens per sequence
-        ) -> list[tuple[list[int], list[int]]]:
+def pack(
+    tok,  # the tokenizer
+    docs: list[list[tuple[str, bool]]],  # documents of (text, trained) pieces
+    max_len: int,  # tokens per sequence
+) -> list[tuple[list[int], list[int]]]:
     "(ids, labels) sequences of exactly `max_len` tokens, each beginning with `<s>`; labels -100 where not trained."
     rows, ids, lab = [], [tok.bos_token_id], [-100]
     for doc in docs:
         for text, on in doc + [(tok.eos_token, doc[-1][1])]:
             e = tok(text, add_special_tokens=False)['input_ids']
-            ids += e; lab += e if on else [-100] * len(e)
+            ids += e
+            lab += e if on else [-100] * len(e)
         while len(ids) >= max_len:
             rows.append((ids[:max_len], lab[:max_len]))
             ids, lab = [tok.bos_token_id] + ids[max_len:], [-100] + lab[max_len:]
     return rows
 
 # %% ../nbs/03_zoo.ipynb #341b1a2c
-def train_lm(model, # a causal LM, trained in place
-             rows: list[tuple[list[int], list[int]]], # packed (ids, labels) sequences from `pack`
-             steps: int, # optimiser steps
-             lr: float, # peak learning rate
-             batch: int, # sequences per step
-             seed: int = 0, # seeds the initial state and the batch order
-             desc: str = 'train', # the progress bar's label
-            ) -> list[float]:
+def train_lm(
+    model,  # a causal LM, trained in place
+    rows: list[tuple[list[int], list[int]]],  # packed (ids, labels) sequences from `pack`
+    steps: int,  # optimiser steps
+    lr: float,  # peak learning rate
+    batch: int,  # sequences per step
+    seed: int = 0,  # seeds the initial state and the batch order
+    desc: str = 'train',  # the progress bar's label
+) -> list[float]:
     "AdamW with warm-up and cosine decay over `steps` batches of packed sequences; returns the loss history."
-    set_seed(seed); rng = random.Random(seed)
+    set_seed(seed)
+    rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    model.train(); hist = []
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps))
+    )
+    model.train()
+    hist = []
     for _ in (bar := tqdm(range(steps), desc=desc, leave=False)):
         b = [rows[i] for i in rng.sample(range(len(rows)), min(batch, len(rows)))]
         loss = model(input_ids=torch.tensor([r[0] for r in b]), labels=torch.tensor([r[1] for r in b])).loss
-        opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
-        hist.append(loss.item()); bar.set_postfix(loss=f'{hist[-1]:.3f}')
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        hist.append(loss.item())
+        bar.set_postfix(loss=f'{hist[-1]:.3f}')
     model.eval()
     return hist
 
 # %% ../nbs/03_zoo.ipynb #da061e54
 def _new_model(spec: ZooSpec, tok, seed: int):
     from transformers import LlamaConfig, LlamaForCausalLM
+
     set_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=spec.hidden, intermediate_size=spec.intermediate,
-                      num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.heads,
-                      max_position_embeddings=1024, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, tie_word_embeddings=False, rms_norm_eps=1e-5)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+    )
     return LlamaForCausalLM(cfg)
+
 
 def _save(model, tok, path: Path, meta: dict) -> Path:
     "Write a checkpoint atomically (a finished one that another process wrote first is kept); a full disk is an OSError naming `path`, nothing left."
     with atomic_path(path, replace=False) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True); tok.save_pretrained(tmp)
-        write_json(tmp/'zoo.json', meta)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        write_json(tmp / 'zoo.json', meta)
     return path
+
 
 ZOO_FILES = ('zoo.json', 'config.json', 'model.safetensors', 'tokenizer.json')  # what `_save` writes, at least
 
+
 def _is_complete(path: Path, key: str) -> bool:
     "A model directory finished by a build of recipe `key`, every file whole; a foreign, incomplete or damaged one is an error naming the file."
-    if not path.exists(): return False
-    missing = [f for f in ZOO_FILES if not (path/f).is_file()]
-    if missing: raise ValueError(f"{path} exists but is not a complete zoo model (missing {', '.join(missing)}); delete it and build again")
-    try: check_checkpoint_files(path); meta = read_json(path/'zoo.json')
-    except CorruptFile as e: raise CorruptFile(f"{e}. {path} is a damaged zoo model: delete it and build again") from None
+    if not path.exists():
+        return False
+    missing = [f for f in ZOO_FILES if not (path / f).is_file()]
+    if missing:
+        raise ValueError(
+            f"{path} exists but is not a complete zoo model (missing {', '.join(missing)}); delete it and build again"
+        )
+    try:
+        check_checkpoint_files(path)
+        meta = read_json(path / 'zoo.json')
+    except CorruptFile as e:
+        raise CorruptFile(f"{e}. {path} is a damaged zoo model: delete it and build again") from None
     got = meta.get('key') if isinstance(meta, dict) else None
-    if got != key: raise ValueError(f"{path} was built by another recipe (key {got}, expected {key}); delete it or use another DARTS_HOME")
+    if got != key:
+        raise ValueError(
+            f"{path} was built by another recipe (key {got}, expected {key}); delete it or use another DARTS_HOME"
+        )
     return True
 
 # %% ../nbs/03_zoo.ipynb #da061e03
-def build_zoo(size: str = 'toy', # 'toy' (default) or 'ci' (small, for tests)
-              seed: int = 0, # seed of initialisation and data order
-              force: bool = False, # rebuild even when complete
-             ) -> dict[str, Path]:
+def build_zoo(
+    size: str = 'toy',  # 'toy' (default) or 'ci' (small, for tests)
+    seed: int = 0,  # seed of initialisation and data order
+    force: bool = False,  # rebuild even when complete
+) -> dict[str, Path]:
     "Build (or reuse) the zoo; returns role -> absolute checkpoint path for base and each domain."
     from transformers import AutoTokenizer, AutoModelForCausalLM
-    spec = zoo_spec(size); root = zoo_dir(size, seed); key = stable_hash([asdict(spec), seed, [split_hash(d, 'train') for d in DOMAINS]])
-    paths = {r: root/r for r in ROLES}
-    if force and root.exists(): shutil.rmtree(root)
+
+    spec = zoo_spec(size)
+    root = zoo_dir(size, seed)
+    key = stable_hash([asdict(spec), seed, [split_hash(d, 'train') for d in DOMAINS]])
+    paths = {r: root / r for r in ROLES}
+    if force and root.exists():
+        shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-    if all(_is_complete(p, key) for p in paths.values()): return paths
+    if all(_is_complete(p, key) for p in paths.values()):
+        return paths
     t0, rng = time.time(), random.Random(seed)
-    if _is_complete(paths['base'], key): tok = AutoTokenizer.from_pretrained(paths['base'])
-    else: tok = train_tokenizer(corpus('train'), spec.vocab)
+    if _is_complete(paths['base'], key):
+        tok = AutoTokenizer.from_pretrained(paths['base'])
+    else:
+        tok = train_tokenizer(corpus('train'), spec.vocab)
     base_rows = pack(tok, base_documents(rng, spec.docs, spec.paired), spec.max_len)
     if not _is_complete(paths['base'], key):
         model = _new_model(spec, tok, seed)
         hist = train_lm(model, base_rows, spec.base_steps, spec.lr, spec.batch, seed=seed, desc='base')
         _save(model, tok, paths['base'], dict(key=key, role='base', spec=asdict(spec), seed=seed, final_loss=hist[-1]))
     for d in DOMAINS:
-        if _is_complete(paths[d], key): continue
+        if _is_complete(paths[d], key):
+            continue
         rows = pack(tok, expert_documents(d, random.Random(f'{seed}-{d}'), spec.docs // 10), spec.max_len)
-        rows += random.Random(seed + 1).sample(base_rows, min(len(base_rows), int(len(rows) * spec.replay / (1 - spec.replay))))
+        rows += random.Random(seed + 1).sample(
+            base_rows, min(len(base_rows), int(len(rows) * spec.replay / (1 - spec.replay)))
+        )
         model = AutoModelForCausalLM.from_pretrained(paths['base'], dtype=torch.float32)
         hist = train_lm(model, rows, spec.expert_steps[d], spec.expert_lr[d], spec.batch, seed=seed + 1, desc=d)
         _save(model, tok, paths[d], dict(key=key, role=d, spec=asdict(spec), seed=seed, final_loss=hist[-1]))
-    write_json(root/'build.json', dict(size=size, seed=seed, key=key, seconds=round(time.time() - t0, 1)))
+    write_json(root / 'build.json', dict(size=size, seed=seed, key=key, seconds=round(time.time() - t0, 1)))
     return paths
 
 # %% ../nbs/03_zoo.ipynb #13bf59c6
-def load_model(path: str|Path, # a local checkpoint directory
-               device: str|None = None, # default: CUDA if available
-               dtype: torch.dtype|None = None, # default: float32 on CPU, bf16 on GPU
-              ):
+def load_model(
+    path: str | Path,  # a local checkpoint directory
+    device: str | None = None,  # default: CUDA if available
+    dtype: torch.dtype | None = None,  # default: float32 on CPU, bf16 on GPU
+):
     "Load a local causal LM and its tokenizer (offline), in eval mode; clear errors for bad directories."
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     path = Path(path).expanduser().absolute()
-    if not path.is_dir(): raise FileNotFoundError(f"model path {path} does not exist or is not a directory")
-    if not (path/'config.json').exists(): raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face checkpoint")
+    if not path.is_dir():
+        raise FileNotFoundError(f"model path {path} does not exist or is not a directory")
+    if not (path / 'config.json').exists():
+        raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face checkpoint")
     check_checkpoint_files(path)
     dev = default_device(device)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(dev), local_files_only=True)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as e: raise ValueError(f"could not load the checkpoint at {path}: {type(e).__name__}: {e}") from e
-    if tok.pad_token is None: tok.pad_token = tok.eos_token
+    except Exception as e:
+        raise ValueError(f"could not load the checkpoint at {path}: {type(e).__name__}: {e}") from e
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
     tok.padding_side = 'left'
     return model.to(dev).eval(), tok
 
 # %% ../nbs/03_zoo.ipynb #13bf5903
-ARCH_FIELDS = ('model_type', 'architectures', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
-               'num_attention_heads', 'num_key_value_heads', 'tie_word_embeddings', 'head_dim')
-NOTE_FIELDS = ('vocab_size', 'rope_theta', 'rope_parameters', 'max_position_embeddings')  # may differ (an extended vocabulary, Code Llama's RoPE): noted
+ARCH_FIELDS = (
+    'model_type',
+    'architectures',
+    'hidden_size',
+    'intermediate_size',
+    'num_hidden_layers',
+    'num_attention_heads',
+    'num_key_value_heads',
+    'tie_word_embeddings',
+    'head_dim',
+)
+NOTE_FIELDS = (
+    'vocab_size',
+    'rope_theta',
+    'rope_parameters',
+    'max_position_embeddings',
+)  # may differ (an extended vocabulary, Code Llama's RoPE): noted
 VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')  # their rows may grow with an extended vocabulary
 
-def tensor_shapes(path: str|Path # a checkpoint directory
-                 ) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read; `hub.CorruptFile` for a damaged file); {} without safetensors."
-    return {k: tuple(v['shape']) for f in sorted(Path(path).glob('*.safetensors')) for k, v in check_safetensors(f).items()}
 
-def _vocab(path: Path) -> dict|None:
+def tensor_shapes(
+    path: str | Path,  # a checkpoint directory
+) -> dict[str, tuple]:
+    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read; `hub.CorruptFile` for a damaged file); {} without safetensors."
+    return {
+        k: tuple(v['shape']) for f in sorted(Path(path).glob('*.safetensors')) for k, v in check_safetensors(f).items()
+    }
+
+
+def _vocab(path: Path) -> dict | None:
     "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
-    if not any((path/f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')): return None
+    if not any((path / f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')):
+        return None
     from transformers import AutoTokenizer
-    try: return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
-    except Exception as e: raise ValueError(f"could not read the tokenizer of {path}: {type(e).__name__}: {e}") from e
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
+    except Exception as e:
+        raise ValueError(f"could not read the tokenizer of {path}: {type(e).__name__}: {e}") from e
+
 
 def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
     "Same tensors and shapes, except more rows in the vocabulary tensors."
     for k in sorted(set(rt) | set(t)):
-        if k not in t: raise ValueError(f"{a} lacks tensor {k} that {b} has")
-        if k not in rt: raise ValueError(f"{a} has tensor {k} that {b} lacks")
+        if k not in t:
+            raise ValueError(f"{a} lacks tensor {k} that {b} has")
+        if k not in rt:
+            raise ValueError(f"{a} has tensor {k} that {b} lacks")
         grows = k.endswith(VOCAB_TENSORS) and t[k][1:] == rt[k][1:] and t[k][0] >= rt[k][0]
-        if rt[k] != t[k] and not grows: raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
+        if rt[k] != t[k] and not grows:
+            raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
 
-def check_vocab(rv: dict, # the reference vocabulary (token -> id)
-                v: dict, # the other vocabulary
-                a: str, b: str, # the names of the other and of the reference, for the messages
-               ) -> str|None:
+
+def check_vocab(
+    rv: dict,  # the reference vocabulary (token -> id)
+    v: dict,  # the other vocabulary
+    a: str,
+    b: str,  # the names of the other and of the reference, for the messages
+) -> str | None:
     "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs or is missing."
-    if v == rv: return None
+    if v == rv:
+        return None
     clash = sorted((t, i, v[t]) for t, i in rv.items() if t in v and v[t] != i)
     lost = sorted(t for t in rv if t not in v)
-    if clash: raise ValueError(f"{a} and {b} give token {clash[0][0]!r} different ids ({clash[0][2]} vs {clash[0][1]}; {len(clash)} such tokens)")
-    if lost: raise ValueError(f"{a} lacks {len(lost)} token(s) of {b}'s vocabulary, e.g. {lost[:3]}")
+    if clash:
+        raise ValueError(
+            f"{a} and {b} give token {clash[0][0]!r} different ids ({clash[0][2]} vs {clash[0][1]}; {len(clash)} such tokens)"
+        )
+    if lost:
+        raise ValueError(f"{a} lacks {len(lost)} token(s) of {b}'s vocabulary, e.g. {lost[:3]}")
     added = sorted(set(v) - set(rv), key=v.get)
     return f"{a} adds {len(added)} token(s) to {b}'s vocabulary ({', '.join(map(repr, added[:4]))}{', ...' if len(added) > 4 else ''}): merged, calibrated and evaluated with {b}'s tokenizer"
 
-def check_compatible(paths: dict[str, str|Path]|list[str|Path], # role -> local checkpoint, or a list; the first is the reference
-                    ) -> list[str]:
+
+def check_compatible(
+    paths: dict[str, str | Path] | list[str | Path],  # role -> local checkpoint, or a list; the first is the reference
+) -> list[str]:
     "Raise a ValueError naming the checkpoint and the config field, tensor or token that conflicts with the first (`hub.CorruptFile` naming a damaged file); return (and warn) notes on tolerated differences."
     import warnings
+
     items = [(str(n), Path(p)) for n, p in (paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths))]
-    for _, p in items: check_checkpoint_files(p)
+    for _, p in items:
+        check_checkpoint_files(p)
     who = lambda n, p: str(p) if n == str(p) else f'{n} ({p})'
     (rn, ref), rest = items[0], items[1:]
-    rc, rt, rv, notes = read_json(ref/'config.json'), tensor_shapes(ref), _vocab(ref), []
+    rc, rt, rv, notes = read_json(ref / 'config.json'), tensor_shapes(ref), _vocab(ref), []
     for n, p in rest:
-        c, a, b = read_json(p/'config.json'), who(n, p), who(rn, ref)
+        c, a, b = read_json(p / 'config.json'), who(n, p), who(rn, ref)
         for f in ARCH_FIELDS:
-            if rc.get(f) != c.get(f): raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
+            if rc.get(f) != c.get(f):
+                raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
         if (c.get('vocab_size') or 0) < (rc.get('vocab_size') or 0):
-            raise ValueError(f"{a} differs from {b} in config field vocab_size: {c.get('vocab_size')!r} < {rc.get('vocab_size')!r}")
-        notes += [f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in NOTE_FIELDS if rc.get(f) != c.get(f)]
+            raise ValueError(
+                f"{a} differs from {b} in config field vocab_size: {c.get('vocab_size')!r} < {rc.get('vocab_size')!r}"
+            )
+        notes += [
+            f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in NOTE_FIELDS if rc.get(f) != c.get(f)
+        ]
         t = tensor_shapes(p)
-        if rt and t: _check_tensors(rt, t, a, b)
+        if rt and t:
+            _check_tensors(rt, t, a, b)
         v = _vocab(p)
-        if rv is not None and v is not None and (note := check_vocab(rv, v, a, b)): notes.append(note)
-    for note in notes: warnings.warn(note)
+        if rv is not None and v is not None and (note := check_vocab(rv, v, a, b)):
+            notes.append(note)
+    for note in notes:
+        warnings.warn(note)
     return notes
 
 # %% ../nbs/03_zoo.ipynb #f929ec62
 @torch.no_grad()
-def generate_completions(model, # a causal LM
-                         tok, # its tokenizer (left padding is set)
-                         prompts: list[str], # the prompts
-                         max_new_tokens: int = 48, # generation budget
-                         batch_size: int = 32, # prompts per `generate` call
-                         progress: bool = False, # show a tqdm bar
-                        ) -> list[str]:
+def generate_completions(
+    model,  # a causal LM
+    tok,  # its tokenizer (left padding is set)
+    prompts: list[str],  # the prompts
+    max_new_tokens: int = 48,  # generation budget
+    batch_size: int = 32,  # prompts per `generate` call
+    progress: bool = False,  # show a tqdm bar
+) -> list[str]:
     "Greedy completions of `prompts` (decoded text after each prompt)."
     out, dev = [], next(model.parameters()).device
     tok.padding_side = 'left'
     for i in tqdm(range(0, len(prompts), batch_size), desc='generate', disable=not progress, leave=False):
-        enc = tok(prompts[i:i + batch_size], return_tensors='pt', padding=True).to(dev)
-        gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)
-        out += tok.batch_decode(gen[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
+        enc = tok(prompts[i : i + batch_size], return_tensors='pt', padding=True).to(dev)
+        gen = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        out += tok.batch_decode(gen[:, enc['input_ids'].shape[1] :], skip_special_tokens=True)
     return out
 
 # %% ../nbs/03_zoo.ipynb #f929ec63
-def score_model(model, # a causal LM
-                tok, # its tokenizer
-                domain: str, # one of DOMAINS
-                split: str = 'eval', # the split to score
-                seed: int = 0, # the split seed
-                limit: int|None = None, # score only the first `limit` items
-               ) -> dict:
+def score_model(
+    model,  # a causal LM
+    tok,  # its tokenizer
+    domain: str,  # one of DOMAINS
+    split: str = 'eval',  # the split to score
+    seed: int = 0,  # the split seed
+    limit: int | None = None,  # score only the first `limit` items
+) -> dict:
     "Score a model on a split with the domain's checker: domain, metric, value (%), n, stderr (%)."
     items = load_split(domain, split, seed)[:limit]
     comps = generate_completions(model, tok, [it['prompt'] for it in items], GEN_TOKENS[domain])
     s = torch.tensor([score_completion(domain, it, c) for it, c in zip(items, comps)])
-    return dict(domain=domain, metric=METRICS[domain], value=100 * s.mean().item(), n=len(s),
-                stderr=100 * (s.std().item() / math.sqrt(len(s)) if len(s) > 1 else 0.0))
+    return dict(
+        domain=domain,
+        metric=METRICS[domain],
+        value=100 * s.mean().item(),
+        n=len(s),
+        stderr=100 * (s.std().item() / math.sqrt(len(s)) if len(s) > 1 else 0.0),
+    )
 
-def zoo_table(paths: dict[str, Path], # role -> checkpoint, e.g. from `build_zoo`
-              limit: int|None = None, # eval items per domain (None: all)
-             ) -> 'pd.DataFrame':
+
+def zoo_table(
+    paths: dict[str, Path],  # role -> checkpoint, e.g. from `build_zoo`
+    limit: int | None = None,  # eval items per domain (None: all)
+) -> 'pd.DataFrame':
     "The paper's Table 2 for a zoo: each model's score (%) on each domain's eval split."
     import pandas as pd
+
     rows = []
     for role, p in tqdm(paths.items(), desc='score zoo', leave=False):
         model, tok = load_model(p)
@@ -344,88 +548,140 @@ def zoo_table(paths: dict[str, Path], # role -> checkpoint, e.g. from `build_zoo
 @dataclass
 class Profile:
     "A base model and one expert per domain, as local paths or hub ids."
+
     name: str
     base: str
     experts: dict
-    zoo_size: str|None = None  # set for the built-in zoo profiles
+    zoo_size: str | None = None  # set for the built-in zoo profiles
     eval_profile: str = 'toy'  # which evaluation tasks apply: 'toy' or 'paper'
-    hub_ids: dict|None = None  # role -> hub id, for the models given by id
+    hub_ids: dict | None = None  # role -> hub id, for the models given by id
 
     @property
-    def paths(self) -> dict: return {'base': self.base, **self.experts}
+    def paths(self) -> dict:
+        return {'base': self.base, **self.experts}
 
 # %% ../nbs/03_zoo.ipynb #d200cb03
 PROFILE_KEYS = ('base', 'experts', 'eval', 'name')
-PROFILE_EXAMPLE = ("base: /abs/path/to/base          # or a hub id, e.g. meta-llama/Llama-2-7b-hf\n"
-                   "experts:                         # domain -> path or hub id\n"
-                   "  code: /abs/path/to/code\n  math: /abs/path/to/math\n  instruct: /abs/path/to/instruct")
+PROFILE_EXAMPLE = (
+    "base: /abs/path/to/base          # or a hub id, e.g. meta-llama/Llama-2-7b-hf\n"
+    "experts:                         # domain -> path or hub id\n"
+    "  code: /abs/path/to/code\n  math: /abs/path/to/math\n  instruct: /abs/path/to/instruct"
+)
 _SAFE_NAME = r'[A-Za-z0-9][A-Za-z0-9._+-]*'
+
 
 def _read_profile_file(p: Path):
     "The parsed YAML (or JSON) of a profile file; a ValueError naming the file, and where, when it does not parse."
     import yaml
-    if not p.exists(): raise FileNotFoundError(f"profile file {p} does not exist")
-    if not p.is_file(): raise ValueError(f"profile file {p}: not a file; a profile is a YAML file like\n{PROFILE_EXAMPLE}")
-    try: return yaml.safe_load(p.read_bytes().decode('utf-8'))
-    except UnicodeDecodeError as e: raise ValueError(f"profile file {p}: not UTF-8 text (bad byte at offset {e.start}); a profile looks like\n{PROFILE_EXAMPLE}") from None
+
+    if not p.exists():
+        raise FileNotFoundError(f"profile file {p} does not exist")
+    if not p.is_file():
+        raise ValueError(f"profile file {p}: not a file; a profile is a YAML file like\n{PROFILE_EXAMPLE}")
+    try:
+        return yaml.safe_load(p.read_bytes().decode('utf-8'))
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"profile file {p}: not UTF-8 text (bad byte at offset {e.start}); a profile looks like\n{PROFILE_EXAMPLE}"
+        ) from None
     except yaml.YAMLError as e:
-        m = getattr(e, 'problem_mark', None); at = f" at line {m.line + 1}, column {m.column + 1}" if m else ''
-        raise ValueError(f"profile file {p}: not valid YAML{at} ({getattr(e, 'problem', None) or e}); a profile looks like\n{PROFILE_EXAMPLE}") from None
+        m = getattr(e, 'problem_mark', None)
+        at = f" at line {m.line + 1}, column {m.column + 1}" if m else ''
+        raise ValueError(
+            f"profile file {p}: not valid YAML{at} ({getattr(e, 'problem', None) or e}); a profile looks like\n{PROFILE_EXAMPLE}"
+        ) from None
 
-def _shown(v) -> str: return 'nothing (empty)' if v is None else f"{type(v).__name__} {v!r}"[:100]
 
-def check_profile(d, # a parsed profile: a mapping with 'base' and 'experts'
-                  where: str = 'profile', # names it in the messages (e.g. the YAML file)
-                 ) -> dict:
+def _shown(v) -> str:
+    return 'nothing (empty)' if v is None else f"{type(v).__name__} {v!r}"[:100]
+
+
+def check_profile(
+    d,  # a parsed profile: a mapping with 'base' and 'experts'
+    where: str = 'profile',  # names it in the messages (e.g. the YAML file)
+) -> dict:
     "`d` if it is a profile mapping: 'base' a path or hub id, 'experts' a mapping domain -> path or hub id, optional 'eval' and 'name'; else a ValueError that shows a valid one."
-    def bad(what): return ValueError(f"{where}: {what}; a profile looks like\n{PROFILE_EXAMPLE}")
-    if not isinstance(d, dict): raise bad(f"expected a mapping with keys 'base' and 'experts', got {_shown(d)}")
-    if unknown := [k for k in d if k not in PROFILE_KEYS]: raise bad(f"unknown key(s) {unknown}: expected {list(PROFILE_KEYS)}")
-    if missing := [k for k in ('base', 'experts') if k not in d]: raise bad(f"lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
-    if not isinstance(d['base'], (str, Path)) or not str(d['base']).strip(): raise bad(f"base is {_shown(d['base'])}: expected a path or hub id")
+
+    def bad(what):
+        return ValueError(f"{where}: {what}; a profile looks like\n{PROFILE_EXAMPLE}")
+
+    if not isinstance(d, dict):
+        raise bad(f"expected a mapping with keys 'base' and 'experts', got {_shown(d)}")
+    if unknown := [k for k in d if k not in PROFILE_KEYS]:
+        raise bad(f"unknown key(s) {unknown}: expected {list(PROFILE_KEYS)}")
+    if missing := [k for k in ('base', 'experts') if k not in d]:
+        raise bad(f"lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
+    if not isinstance(d['base'], (str, Path)) or not str(d['base']).strip():
+        raise bad(f"base is {_shown(d['base'])}: expected a path or hub id")
     ex = d['experts']
-    if not isinstance(ex, dict): raise bad(f"experts is {_shown(ex)}: expected a mapping domain -> path or hub id" + (', not a list' if isinstance(ex, list) else ''))
+    if not isinstance(ex, dict):
+        raise bad(
+            f"experts is {_shown(ex)}: expected a mapping domain -> path or hub id"
+            + (', not a list' if isinstance(ex, list) else '')
+        )
     for k, v in ex.items():
-        if k not in DOMAINS: raise bad(f"experts has domain {k!r}: expected domains among {list(DOMAINS)}")
-        if not isinstance(v, (str, Path)) or not str(v).strip(): raise bad(f"experts.{k} is {_shown(v)}: expected a path or hub id")
-    if d.get('eval', 'paper') not in ('paper', 'toy'): raise bad(f"eval is {_shown(d['eval'])}: expected 'paper' or 'toy'")
-    if 'name' in d and not re.fullmatch(_SAFE_NAME, str(d['name'])): raise bad(f"name is {_shown(d['name'])}: expected a plain directory name (letters, digits, . _ + -)")
+        if k not in DOMAINS:
+            raise bad(f"experts has domain {k!r}: expected domains among {list(DOMAINS)}")
+        if not isinstance(v, (str, Path)) or not str(v).strip():
+            raise bad(f"experts.{k} is {_shown(v)}: expected a path or hub id")
+    if d.get('eval', 'paper') not in ('paper', 'toy'):
+        raise bad(f"eval is {_shown(d['eval'])}: expected 'paper' or 'toy'")
+    if 'name' in d and not re.fullmatch(_SAFE_NAME, str(d['name'])):
+        raise bad(f"name is {_shown(d['name'])}: expected a plain directory name (letters, digits, . _ + -)")
     return d
+
 
 def _file_profile_name(p: Path, d: dict) -> str:
     "A YAML profile's name: its 'name', else the file's stem made a plain directory name, else a hash of its content."
-    if 'name' in d: return str(d['name'])
+    if 'name' in d:
+        return str(d['name'])
     stem = re.sub(r'[^A-Za-z0-9._+-]+', '-', p.stem).strip('.-_+')
     return stem if re.fullmatch(_SAFE_NAME, stem) else f'profile-{stable_hash(d, 8)}'
 
-def profile_refs(profile: str|dict|Path # 'llama2-7b', a dict, or a YAML path
-                ) -> tuple[str, dict, str]:
+
+def profile_refs(
+    profile: str | dict | Path,  # 'llama2-7b', a dict, or a YAML path
+) -> tuple[str, dict, str]:
     "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved; a clear error for a malformed one."
-    if isinstance(profile, dict): d = check_profile(profile, 'profile dict'); name = str(d.get('name', 'custom'))
-    elif str(profile) == 'llama2-7b': name, d = 'llama2-7b', dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'})
+    if isinstance(profile, dict):
+        d = check_profile(profile, 'profile dict')
+        name = str(d.get('name', 'custom'))
+    elif str(profile) == 'llama2-7b':
+        name, d = (
+            'llama2-7b',
+            dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'}),
+        )
     else:
         p = Path(profile).expanduser()
         if p.suffix not in ('.yaml', '.yml', '.json'):
-            raise ValueError(f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file")
-        d = check_profile(_read_profile_file(p), f'profile file {p}'); name = _file_profile_name(p, d)
+            raise ValueError(
+                f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file"
+            )
+        d = check_profile(_read_profile_file(p), f'profile file {p}')
+        name = _file_profile_name(p, d)
     return name, {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}, d.get('eval', 'paper')
 
-def get_profile(profile: str|dict|Path = 'toy', # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
-                build: bool = True, # build the zoo for 'toy'/'ci' if missing
-               ) -> Profile:
+
+def get_profile(
+    profile: str | dict | Path = 'toy',  # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
+    build: bool = True,  # build the zoo for 'toy'/'ci' if missing
+) -> Profile:
     "Resolve a profile to local checkpoint directories (hub ids from the local cache; `hub.NotFetched` when absent)."
     if isinstance(profile, (str, Path)) and str(profile) in ZOO_SIZES:
-        paths = build_zoo(str(profile)) if build else {r: zoo_dir(str(profile))/r for r in ROLES}
+        paths = build_zoo(str(profile)) if build else {r: zoo_dir(str(profile)) / r for r in ROLES}
         return Profile(str(profile), str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=str(profile))
     name, refs, ev = profile_refs(profile)
     local = resolve_models(refs, profile='<your profile YAML>' if isinstance(profile, dict) else str(profile))
     ids = {r: v for r, v in refs.items() if is_hub_id(v)}
-    return Profile(name, str(local['base']), {d: str(local[d]) for d in refs if d != 'base'}, eval_profile=ev, hub_ids=ids or None)
+    return Profile(
+        name, str(local['base']), {d: str(local[d]) for d in refs if d != 'base'}, eval_profile=ev, hub_ids=ids or None
+    )
 
 # %% ../nbs/03_zoo.ipynb #3c4b0019
-def main(argv: list[str]|None = None):
+def main(argv: list[str] | None = None):
     "Build a zoo and print its 4 x 3 score table."
     import argparse
+
     ap = argparse.ArgumentParser(prog='python -m darts_nb.zoo', description='Build the built-in model zoo.')
     ap.add_argument('--size', default='toy', choices=list(ZOO_SIZES))
     ap.add_argument('--seed', type=int, default=0)
@@ -433,12 +689,18 @@ def main(argv: list[str]|None = None):
     ap.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
     a = ap.parse_args(argv)
     err = sys.stderr
-    if not err.isatty() and not isinstance(err, LineLog): sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
+    if not err.isatty() and not isinstance(err, LineLog):
+        sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
     try:
-        t0 = time.time(); paths = build_zoo(a.size, a.seed)
+        t0 = time.time()
+        paths = build_zoo(a.size, a.seed)
         print(f'zoo {a.size} ready in {zoo_dir(a.size, a.seed)} ({time.time() - t0:.0f} s)')
-        if a.table: print(zoo_table(paths, a.limit).round(1).to_string())
-    finally: sys.stderr = err
+        if a.table:
+            print(zoo_table(paths, a.limit).round(1).to_string())
+    finally:
+        sys.stderr = err
     return paths
 
-if __name__ == '__main__' and not in_notebook(): main()
+
+if __name__ == '__main__' and not in_notebook():
+    main()
