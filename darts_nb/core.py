@@ -22,7 +22,7 @@ from pathlib import Path
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
            'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
            'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'save_dir',
-           'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook', 'check_choice']
+           'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook', 'check_int', 'check_number', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -469,13 +469,75 @@ def in_notebook() -> bool:
 
     return 'IPython' in sys.modules and sys.modules['IPython'].get_ipython() is not None
 
+# %% ../nbs/00_core.ipynb #c711e607
+def _expected(value, what: str, arg: str, none: bool) -> ValueError:
+    "The one message form of a refused argument."
+    return ValueError(f"{arg}: expected {what}{' or None' if none else ''}, got {value!r}")
 
+# %% ../nbs/00_core.ipynb #38ad2389
+def check_int(
+    value,  # the value given
+    arg: str,  # the argument's name, for the message
+    lo: int | None = 1,  # the smallest value allowed (None: no lower bound)
+    hi: int | None = None,  # the largest value allowed (None: no upper bound)
+    none: bool = False,  # None is allowed too (it is returned as is)
+) -> int | None:
+    "`value` if it is an integer (not a bool) in `[lo, hi]`, else a ValueError naming `arg`, the value and the range."
+    if value is None and none:
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    if lo is not None and hi is not None:
+        what = f'an integer in [{lo}, {hi}]'
+    elif lo is not None:
+        what = f'an integer >= {lo}'
+    elif hi is not None:
+        what = f'an integer <= {hi}'
+    else:
+        what = 'an integer'
+    raise _expected(value, what, arg, none)
+
+# %% ../nbs/00_core.ipynb #7ab04ba2
+def check_number(
+    value,  # the value given
+    arg: str,  # the argument's name, for the message
+    lo: float | None = None,  # the lower bound (None: none)
+    hi: float | None = None,  # the upper bound (None: none)
+    lo_open: bool = False,  # True: `value > lo`; False: `value >= lo`
+    hi_open: bool = False,  # True: `value < hi`; False: `value <= hi`
+    none: bool = False,  # None is allowed too (it is returned as is)
+) -> float | None:
+    "`value` if it is a finite real number (not a bool) within the bounds, else a ValueError naming `arg` and the value."
+    import math
+    import numbers
+
+    if value is None and none:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if ok:
+        return value
+    if lo is not None and hi is not None:
+        what = f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    elif lo is not None:
+        what = f"a finite number {'>' if lo_open else '>='} {lo}"
+    elif hi is not None:
+        what = f"a finite number {'<' if hi_open else '<='} {hi}"
+    else:
+        what = 'a finite number'
+    raise _expected(value, what, arg, none)
+
+# %% ../nbs/00_core.ipynb #f945fe89
 def check_choice(
     value,  # the value given
     allowed,  # the names it may take
     arg: str,  # the argument's name, for the message
 ):
     "`value` if it is one of `allowed`, else a ValueError naming the argument, the value and the choices."
-    if value not in allowed:
-        raise ValueError(f'{arg}={value!r} is not one of {list(allowed)}')
+    if isinstance(value, (list, dict, set)) or value not in allowed:
+        raise _expected(value, f'one of {list(allowed)}', arg, False)
     return value

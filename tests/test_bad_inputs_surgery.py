@@ -3,57 +3,108 @@
 Every case is either a clear error (its type, and a message naming the path, argument or value) or a correct
 result, and every case checks that nothing half-written is left: no temporary sibling, and the destination
 absent or complete (the previous content where a save failed)."""
-import errno, json, os, pathlib, shutil, signal, subprocess, sys, textwrap, threading, time
-import pytest, torch
+
+import errno
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import pytest
+import torch
 from safetensors.torch import save_file
 from darts_nb import core
 from darts_nb.cache import HiddenCache, TENSORS, META, cache_key, cache_path, get_or_build_cache
 from darts_nb import cache as cache_mod
 from darts_nb.core import tiny_llama
-from darts_nb.surgery import (PositionSurgery, StandardSurgery, TokenSurgery, save_surgery, load_surgery, read_surgery_config,
-                              attach_surgery, surgery_of, CONFIG, WEIGHTS, CARD, OLD_CONFIG, OLD_WEIGHTS)
+from darts_nb.surgery import (
+    PositionSurgery,
+    StandardSurgery,
+    TokenSurgery,
+    save_surgery,
+    load_surgery,
+    read_surgery_config,
+    attach_surgery,
+    surgery_of,
+    CONFIG,
+    WEIGHTS,
+    CARD,
+    OLD_CONFIG,
+    OLD_WEIGHTS,
+)
 from darts_nb.train import train_surgery
 
 H = 8
+
 
 def filled(value, cls=PositionSurgery):
     "A module whose every parameter is `value` (so a mix of two versions is visible)."
     m = cls(H, 2, 4) if cls is not StandardSurgery else cls(H, 2)
     with torch.no_grad():
-        for p in m.parameters(): p.fill_(value)
+        for p in m.parameters():
+            p.fill_(value)
     return m
+
 
 def leftovers(parent):
     "Temporary siblings left in `parent`."
     return sorted(p.name for p in pathlib.Path(parent).iterdir() if '.tmp-' in p.name)
 
+
 def snapshot(path):
     "Name -> bytes of every file under `path` (None when it does not exist)."
     path = pathlib.Path(path)
-    if not path.exists(): return None
-    if path.is_file(): return path.read_bytes()
+    if not path.exists():
+        return None
+    if path.is_file():
+        return path.read_bytes()
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob('*')) if p.is_file()}
+
 
 def same_module(m, value):
     return all(torch.equal(t, torch.full_like(t, value)) for t in m.state_dict().values())
 
+
 def write_old(path, module, **meta):
     "A module folder in the format before issue 17: config.json + surgery.safetensors."
     path.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(path/OLD_WEIGHTS))
-    (path/OLD_CONFIG).write_text(json.dumps({**module.config(), 'version': '0.0.1', 'dtype': 'float32', **meta}))
+    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(path / OLD_WEIGHTS))
+    (path / OLD_CONFIG).write_text(json.dumps({**module.config(), 'version': '0.0.1', 'dtype': 'float32', **meta}))
     return path
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Saving a module: what is at the destination before, and what must happen.
 
+
 def model_dir(p):
-    p.mkdir(); (p/'model.safetensors').write_bytes(b'model weights'); (p/'config.json').write_text('{"model_type": "llama"}'); return p
+    p.mkdir()
+    (p / 'model.safetensors').write_bytes(b'model weights')
+    (p / 'config.json').write_text('{"model_type": "llama"}')
+    return p
+
+
 def model_config_only(p):
-    p.mkdir(); (p/'config.json').write_text('{"model_type": "llama"}'); return p
+    p.mkdir()
+    (p / 'config.json').write_text('{"model_type": "llama"}')
+    return p
+
+
 def module_and_notes(p):
-    save_surgery(filled(1.), p); (p/'notes.txt').write_text('notes'); return p   # README.md is the module's own card
-def a_file(p): p.write_text('a file'); return p
+    save_surgery(filled(1.0), p)
+    (p / 'notes.txt').write_text('notes')
+    return p  # README.md is the module's own card
+
+
+def a_file(p):
+    p.write_text('a file')
+    return p
+
 
 REFUSED_DESTINATIONS = [  # (case, make the destination, error type, what the message must name)
     ('a model folder (issue 16: the model was deleted)', model_dir, FileExistsError, 'model.safetensors'),
@@ -62,64 +113,150 @@ REFUSED_DESTINATIONS = [  # (case, make the destination, error type, what the me
     ('a file', a_file, NotADirectoryError, 'not a folder'),
 ]
 
+
 @pytest.mark.parametrize('case,make,exc,names', REFUSED_DESTINATIONS, ids=[c[0] for c in REFUSED_DESTINATIONS])
 def test_save_refuses_a_destination_with_other_files(tmp_path, case, make, exc, names):
-    dest = make(tmp_path/'dest'); before = snapshot(dest)
-    with pytest.raises(exc) as e: save_surgery(filled(2.), dest)
+    dest = make(tmp_path / 'dest')
+    before = snapshot(dest)
+    with pytest.raises(exc) as e:
+        save_surgery(filled(2.0), dest)
     assert str(dest) in str(e.value) and names in str(e.value)
-    assert snapshot(dest) == before and leftovers(tmp_path) == []          # nothing lost, nothing half-written
+    assert snapshot(dest) == before and leftovers(tmp_path) == []  # nothing lost, nothing half-written
+
 
 REPLACED_DESTINATIONS = [  # (case, make the destination)
     ('nothing there', lambda p: None),
     ('an empty folder', lambda p: p.mkdir()),
-    ('a module of the current format', lambda p: save_surgery(filled(1.), p)),
-    ('a module of the old format', lambda p: write_old(p, filled(1.))),
-    ('an old module without its weights', lambda p: (write_old(p, filled(1.)), (p/OLD_WEIGHTS).unlink())),
+    ('a module of the current format', lambda p: save_surgery(filled(1.0), p)),
+    ('a module of the old format', lambda p: write_old(p, filled(1.0))),
+    ('an old module without its weights', lambda p: (write_old(p, filled(1.0)), (p / OLD_WEIGHTS).unlink())),
 ]
+
 
 @pytest.mark.parametrize('case,make', REPLACED_DESTINATIONS, ids=[c[0] for c in REPLACED_DESTINATIONS])
 def test_save_replaces_a_module_folder(tmp_path, case, make):
-    dest = tmp_path/'dest'; make(dest)
-    save_surgery(filled(2.), dest, domain='code', seed=5)
-    assert sorted(os.listdir(dest)) == sorted([CONFIG, WEIGHTS, CARD])                  # the old format's files are the module's own: gone
+    dest = tmp_path / 'dest'
+    make(dest)
+    save_surgery(filled(2.0), dest, domain='code', seed=5)
+    assert sorted(os.listdir(dest)) == sorted(
+        [CONFIG, WEIGHTS, CARD]
+    )  # the old format's files are the module's own: gone
     m = load_surgery(dest)
-    assert same_module(m, 2.) and m.meta['seed'] == 5 and leftovers(tmp_path) == []
+    assert same_module(m, 2.0) and m.meta['seed'] == 5 and leftovers(tmp_path) == []
+
 
 def test_config_holds_the_provenance(tmp_path):
-    import darts_nb, yaml
-    merge = tmp_path/'ta-0.5'; merge.mkdir(); (merge/'merge.yaml').write_text(yaml.safe_dump({'merge_method': 'task_arithmetic'}))
-    p = save_surgery(filled(1.), tmp_path/'m', merged_model=str(merge), expert='org/code-expert', domain='code', loss='ewl1', seed=3)
-    cfg = json.loads((p/CONFIG).read_text())
-    assert {k: cfg[k] for k in ('kind', 'hidden_size', 'rank', 'max_len', 'domain', 'loss', 'seed', 'expert', 'version')} == dict(
-        kind='position', hidden_size=H, rank=2, max_len=4, domain='code', loss='ewl1', seed=3, expert='org/code-expert', version=darts_nb.__version__)
-    assert cfg['merged_model'] == str(merge) and cfg['merge_config_hash'] == core.stable_hash({'merge_method': 'task_arithmetic'})
-    assert json.loads((save_surgery(filled(1.), tmp_path/'n', merged_model='org/hub-merge')/CONFIG).read_text())['merge_config_hash'] is None
+    import darts_nb
+    import yaml
+
+    merge = tmp_path / 'ta-0.5'
+    merge.mkdir()
+    (merge / 'merge.yaml').write_text(yaml.safe_dump({'merge_method': 'task_arithmetic'}))
+    p = save_surgery(
+        filled(1.0),
+        tmp_path / 'm',
+        merged_model=str(merge),
+        expert='org/code-expert',
+        domain='code',
+        loss='ewl1',
+        seed=3,
+    )
+    cfg = json.loads((p / CONFIG).read_text())
+    assert {
+        k: cfg[k] for k in ('kind', 'hidden_size', 'rank', 'max_len', 'domain', 'loss', 'seed', 'expert', 'version')
+    } == dict(
+        kind='position',
+        hidden_size=H,
+        rank=2,
+        max_len=4,
+        domain='code',
+        loss='ewl1',
+        seed=3,
+        expert='org/code-expert',
+        version=darts_nb.__version__,
+    )
+    assert cfg['merged_model'] == str(merge) and cfg['merge_config_hash'] == core.stable_hash(
+        {'merge_method': 'task_arithmetic'}
+    )
+    assert (
+        json.loads((save_surgery(filled(1.0), tmp_path / 'n', merged_model='org/hub-merge') / CONFIG).read_text())[
+            'merge_config_hash'
+        ]
+        is None
+    )
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading: bad folders and files. Each (case, damage applied to a saved folder, error type, text the message holds).
 
-def _cfg(p, name=CONFIG): return json.loads((p/name).read_text())
-def _put(p, cfg, name=CONFIG): (p/name).write_text(json.dumps(cfg))
+
+def _cfg(p, name=CONFIG):
+    return json.loads((p / name).read_text())
+
+
+def _put(p, cfg, name=CONFIG):
+    (p / name).write_text(json.dumps(cfg))
+
+
 def drop_key(key, name=CONFIG):
-    def f(p): c = _cfg(p, name); del c[key]; _put(p, c, name)
+    def f(p):
+        c = _cfg(p, name)
+        del c[key]
+        _put(p, c, name)
+
     return f
+
+
 def set_key(key, value):
-    def f(p): c = _cfg(p); c[key] = value; _put(p, c)
+    def f(p):
+        c = _cfg(p)
+        c[key] = value
+        _put(p, c)
+
     return f
+
+
 def truncate(name):
-    def f(p): b = (p/name).read_bytes(); (p/name).write_bytes(b[:len(b)//2])
+    def f(p):
+        b = (p / name).read_bytes()
+        (p / name).write_bytes(b[: len(b) // 2])
+
     return f
+
+
 def nan_weights(p):
-    m = filled(1.); sd = {k: v.clone() for k, v in m.state_dict().items()}; sd['b'][1, 2] = float('nan')
-    save_file(sd, str(p/WEIGHTS))
-def make_old(p): shutil.rmtree(p); write_old(p, filled(1.))
+    m = filled(1.0)
+    sd = {k: v.clone() for k, v in m.state_dict().items()}
+    sd['b'][1, 2] = float('nan')
+    save_file(sd, str(p / WEIGHTS))
+
+
+def make_old(p):
+    shutil.rmtree(p)
+    write_old(p, filled(1.0))
+
 
 LOAD_CASES = [
-    ('no folder', lambda p: shutil.rmtree(p), FileNotFoundError, f'expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}'),
-    ('an empty folder', lambda p: [f.unlink() for f in p.iterdir()], FileNotFoundError, f'expected {CONFIG} + {WEIGHTS}'),
-    ('a model folder', lambda p: (shutil.rmtree(p), model_dir(p)), FileNotFoundError, "holds ['config.json', 'model.safetensors']"),
-    ('weights missing', lambda p: (p/WEIGHTS).unlink(), FileNotFoundError, f'missing {WEIGHTS}'),
-    ('config missing', lambda p: (p/CONFIG).unlink(), FileNotFoundError, f'expected {CONFIG}'),
+    (
+        'no folder',
+        lambda p: shutil.rmtree(p),
+        FileNotFoundError,
+        f'expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}',
+    ),
+    (
+        'an empty folder',
+        lambda p: [f.unlink() for f in p.iterdir()],
+        FileNotFoundError,
+        f'expected {CONFIG} + {WEIGHTS}',
+    ),
+    (
+        'a model folder',
+        lambda p: (shutil.rmtree(p), model_dir(p)),
+        FileNotFoundError,
+        "holds ['config.json', 'model.safetensors']",
+    ),
+    ('weights missing', lambda p: (p / WEIGHTS).unlink(), FileNotFoundError, f'missing {WEIGHTS}'),
+    ('config missing', lambda p: (p / CONFIG).unlink(), FileNotFoundError, f'expected {CONFIG}'),
     ('config without max_len (issue 16)', drop_key('max_len'), ValueError, "missing key 'max_len'"),
     ('config without hidden_size', drop_key('hidden_size'), ValueError, "missing key 'hidden_size'"),
     ('config without rank', drop_key('rank'), ValueError, "missing key 'rank'"),
@@ -127,86 +264,160 @@ LOAD_CASES = [
     ('max_len a string', set_key('max_len', '4'), ValueError, "max_len='4', expected an int >= 1"),
     ('rank 0', set_key('rank', 0), ValueError, 'rank=0'),
     ('max_len that does not match the weights', set_key('max_len', 5), ValueError, 'do not match'),
-    ('garbled config', lambda p: (p/CONFIG).write_text('{"kind": "posi'), ValueError, 'corrupt JSON'),
-    ('config not a dict', lambda p: (p/CONFIG).write_text('[1, 2]'), ValueError, 'kind=None'),
+    ('garbled config', lambda p: (p / CONFIG).write_text('{"kind": "posi'), ValueError, 'corrupt JSON'),
+    ('config not a dict', lambda p: (p / CONFIG).write_text('[1, 2]'), ValueError, 'kind=None'),
     ('truncated weights', truncate(WEIGHTS), ValueError, 'corrupt safetensors'),
-    ('garbage weights', lambda p: (p/WEIGHTS).write_bytes(b'\x00' * 7), ValueError, 'corrupt safetensors'),
+    ('garbage weights', lambda p: (p / WEIGHTS).write_bytes(b'\x00' * 7), ValueError, 'corrupt safetensors'),
     ('NaN in the weights', nan_weights, ValueError, "NaN or inf in ['b']"),
-    ('old format without max_len', lambda p: (make_old(p), drop_key('max_len', OLD_CONFIG)(p)), ValueError, "missing key 'max_len'"),
+    (
+        'old format without max_len',
+        lambda p: (make_old(p), drop_key('max_len', OLD_CONFIG)(p)),
+        ValueError,
+        "missing key 'max_len'",
+    ),
 ]
+
 
 @pytest.mark.parametrize('case,damage,exc,text', LOAD_CASES, ids=[c[0] for c in LOAD_CASES])
 def test_load_errors_name_the_file(tmp_path, case, damage, exc, text):
-    p = save_surgery(filled(1.), tmp_path/'m'); damage(p)
-    with pytest.raises(exc) as e: load_surgery(p)
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    damage(p)
+    with pytest.raises(exc) as e:
+        load_surgery(p)
     assert str(p) in str(e.value) and text in str(e.value), str(e.value)
-    if exc is ValueError and case != 'max_len that does not match the weights' and 'weights' not in case and 'NaN' not in case:
-        with pytest.raises(exc): read_surgery_config(p)                   # the config alone is refused the same way
+    if (
+        exc is ValueError
+        and case != 'max_len that does not match the weights'
+        and 'weights' not in case
+        and 'NaN' not in case
+    ):
+        with pytest.raises(exc):
+            read_surgery_config(p)  # the config alone is refused the same way
+
 
 def test_old_format_loads(tmp_path):
-    p = write_old(tmp_path/'old', filled(3.), domain='math', seed=1)
+    p = write_old(tmp_path / 'old', filled(3.0), domain='math', seed=1)
     m = load_surgery(p, expect_hidden=H)
-    assert same_module(m, 3.) and m.meta['domain'] == 'math' and read_surgery_config(p)['kind'] == 'position'
+    assert same_module(m, 3.0) and m.meta['domain'] == 'math' and read_surgery_config(p)['kind'] == 'position'
     t = TokenSurgery(H, 2, vocab_size=10)
-    q = write_old(tmp_path/'tok', t); c = _cfg(q, OLD_CONFIG); del c['vocab_size']; _put(q, c, OLD_CONFIG)
-    with pytest.raises(ValueError, match="missing key 'vocab_size'"): load_surgery(q)
+    q = write_old(tmp_path / 'tok', t)
+    c = _cfg(q, OLD_CONFIG)
+    del c['vocab_size']
+    _put(q, c, OLD_CONFIG)
+    with pytest.raises(ValueError, match="missing key 'vocab_size'"):
+        load_surgery(q)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # A module with NaN or inf can never be saved, loaded or attached.
 
+
 @pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])
 def test_nonfinite_module_is_refused_everywhere(tmp_path, bad):
-    m = filled(1.)
-    with torch.no_grad(): m.up.weight[0, 0] = bad
-    prev = save_surgery(filled(2.), tmp_path/'m'); before = snapshot(prev)
-    with pytest.raises(ValueError, match=r"NaN or inf in \['up.weight'\]") as e: save_surgery(m, prev)
+    m = filled(1.0)
+    with torch.no_grad():
+        m.up.weight[0, 0] = bad
+    prev = save_surgery(filled(2.0), tmp_path / 'm')
+    before = snapshot(prev)
+    with pytest.raises(ValueError, match=r"NaN or inf in \['up.weight'\]") as e:
+        save_surgery(m, prev)
     assert str(prev) in str(e.value) and snapshot(prev) == before and leftovers(tmp_path) == []
     model = tiny_llama(hidden_size=H)
-    with pytest.raises(ValueError, match='attach_surgery.*NaN or inf'): attach_surgery(model, m)
+    with pytest.raises(ValueError, match='attach_surgery.*NaN or inf'):
+        attach_surgery(model, m)
     assert surgery_of(model) is None
+
 
 # ---------------------------------------------------------------------------------------------------------
 # A save interrupted at any point leaves the previous module complete, and nothing half-written.
 
+
 def fail_nth_write(n, exc):
-    orig = pathlib.Path.write_bytes; calls = [0]
+    orig = pathlib.Path.write_bytes
+    calls = [0]
+
     def write_bytes(self, data):
         calls[0] += 1
-        if calls[0] == n: orig(self, data[:len(data)//2]); raise exc   # half of the file written, then the fault
+        if calls[0] == n:
+            orig(self, data[: len(data) // 2])
+            raise exc  # half of the file written, then the fault
         return orig(self, data)
+
     return write_bytes
 
+
 def raise_(exc):
-    def f(*a, **k): raise exc
+    def f(*a, **k):
+        raise exc
+
     return f
+
 
 ENOSPC = OSError(errno.ENOSPC, 'No space left on device')
 INTERRUPTIONS = [  # (case, (object, attribute, replacement), error type, text)
-    ('serialising the weights', ('safetensors.torch', 'save', raise_(RuntimeError('boom in serialise'))), RuntimeError, 'boom in serialise'),
-    ('disk full writing the weights', (pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC)), OSError, 'no space left on the device while writing'),
-    ('disk full writing the config', (pathlib.Path, 'write_bytes', fail_nth_write(2, ENOSPC)), OSError, 'no space left on the device while writing'),
-    ('I/O error writing the config', (pathlib.Path, 'write_bytes', fail_nth_write(2, OSError(errno.EIO, 'I/O error'))), OSError, 'I/O error'),
-    ('Ctrl-C writing the weights', (pathlib.Path, 'write_bytes', fail_nth_write(1, KeyboardInterrupt())), KeyboardInterrupt, ''),
-    ('the swap into place fails', (core, '_exchange', raise_(OSError(errno.EIO, 'exchange failed'))), OSError, 'exchange failed'),
+    (
+        'serialising the weights',
+        ('safetensors.torch', 'save', raise_(RuntimeError('boom in serialise'))),
+        RuntimeError,
+        'boom in serialise',
+    ),
+    (
+        'disk full writing the weights',
+        (pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC)),
+        OSError,
+        'no space left on the device while writing',
+    ),
+    (
+        'disk full writing the config',
+        (pathlib.Path, 'write_bytes', fail_nth_write(2, ENOSPC)),
+        OSError,
+        'no space left on the device while writing',
+    ),
+    (
+        'I/O error writing the config',
+        (pathlib.Path, 'write_bytes', fail_nth_write(2, OSError(errno.EIO, 'I/O error'))),
+        OSError,
+        'I/O error',
+    ),
+    (
+        'Ctrl-C writing the weights',
+        (pathlib.Path, 'write_bytes', fail_nth_write(1, KeyboardInterrupt())),
+        KeyboardInterrupt,
+        '',
+    ),
+    (
+        'the swap into place fails',
+        (core, '_exchange', raise_(OSError(errno.EIO, 'exchange failed'))),
+        OSError,
+        'exchange failed',
+    ),
 ]
+
 
 @pytest.mark.parametrize('case,patch,exc,text', INTERRUPTIONS, ids=[c[0] for c in INTERRUPTIONS])
 def test_interrupted_save_keeps_the_previous_module(tmp_path, monkeypatch, case, patch, exc, text):
-    p = save_surgery(filled(1.), tmp_path/'m', seed=1); before = snapshot(p)
+    p = save_surgery(filled(1.0), tmp_path / 'm', seed=1)
+    before = snapshot(p)
     obj, attr, fn = patch
     monkeypatch.setattr(__import__(obj, fromlist=['x']) if isinstance(obj, str) else obj, attr, fn)
-    with pytest.raises(exc) as e: save_surgery(filled(2.), p, seed=2)
+    with pytest.raises(exc) as e:
+        save_surgery(filled(2.0), p, seed=2)
     assert text in str(e.value)
-    if 'space' in text: assert e.value.errno == errno.ENOSPC and str(p) in str(e.value)
+    if 'space' in text:
+        assert e.value.errno == errno.ENOSPC and str(p) in str(e.value)
     monkeypatch.undo()
     assert snapshot(p) == before and leftovers(tmp_path) == []
-    m = load_surgery(p); assert same_module(m, 1.) and m.meta['seed'] == 1
+    m = load_surgery(p)
+    assert same_module(m, 1.0) and m.meta['seed'] == 1
+
 
 def test_disk_full_on_a_new_destination_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC))
-    with pytest.raises(OSError, match='no space left') as e: save_surgery(filled(2.), tmp_path/'new')
-    assert e.value.errno == errno.ENOSPC and str(tmp_path/'new') in str(e.value)
+    with pytest.raises(OSError, match='no space left') as e:
+        save_surgery(filled(2.0), tmp_path / 'new')
+    assert e.value.errno == errno.ENOSPC and str(tmp_path / 'new') in str(e.value)
     assert os.listdir(tmp_path) == []
+
 
 CHILD_SAVER = textwrap.dedent('''
     import sys, torch
@@ -223,9 +434,10 @@ CHILD_SAVER = textwrap.dedent('''
         v = 1. + i % 2; save_surgery(a if v == 1. else b, sys.argv[1], seed=int(v)); i += 1
 ''')
 
+
 def test_sigkill_during_saves_never_leaves_the_destination_incomplete(tmp_path):
     "A child saves two versions in a loop; the parent loads meanwhile, then SIGKILLs it: every load is one whole version."
-    p = save_surgery(filled(1.), tmp_path/'m', seed=1)
+    p = save_surgery(filled(1.0), tmp_path / 'm', seed=1)
     child = subprocess.Popen([sys.executable, '-c', CHILD_SAVER, str(p)], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == 'ready'
@@ -235,102 +447,160 @@ def test_sigkill_during_saves_never_leaves_the_destination_incomplete(tmp_path):
             v = m.meta['seed']
             assert same_module(m, float(v)), f'a mix of two versions: config of {v}, other weights'
             seen.add(v)
-        child.send_signal(signal.SIGKILL); child.wait()
+        child.send_signal(signal.SIGKILL)
+        child.wait()
     finally:
-        if child.poll() is None: child.kill(); child.wait()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     m = load_surgery(p)
     assert same_module(m, float(m.meta['seed'])) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
-    assert seen == {1, 2}                                                   # the loads really ran during the saves
+    assert seen == {1, 2}  # the loads really ran during the saves
     assert os.listdir(tmp_path) == ['m'] or all(n.startswith('.m.tmp-') for n in os.listdir(tmp_path) if n != 'm')
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Training: invalid hyper-parameters are refused up front; divergence stops with a clear error.
 
+
 def tiny_cache(n=8, T=6, seed=0):
     g = torch.Generator().manual_seed(seed)
-    mask = torch.ones(n, T, dtype=torch.bool); mask[::2, :2] = False
-    hm = torch.randn(n, T, H, generator=g); hk = hm + 0.3 * torch.randn(T, H, generator=g)
+    mask = torch.ones(n, T, dtype=torch.bool)
+    mask[::2, :2] = False
+    hm = torch.randn(n, T, H, generator=g)
+    hk = hm + 0.3 * torch.randn(T, H, generator=g)
     hm, hk = hm * mask[..., None], hk * mask[..., None]
     return HiddenCache(hm.bfloat16(), hk.bfloat16(), torch.rand(n, T, generator=g) * mask, mask, {})
 
+
 BAD_ARGS = [  # (keyword, value, text)
-    ('lr', float('inf'), 'lr: expected a finite number > 0, got inf'), ('lr', float('nan'), 'got nan'), ('lr', 0., 'got 0.0'),
-    ('lr', -1e-3, 'got -0.001'), ('lr', '1e-3', "got '1e-3'"), ('lr', True, 'got True'),
-    ('iters', 0, 'iters'), ('iters', 2.5, 'iters'), ('batch_size', 0, 'batch_size'),
-    ('betas', (1.0, 0.999), 'betas'), ('betas', (0.9,), 'betas'), ('betas', (0.9, float('nan')), 'betas'), ('seed', 1.5, 'seed'),
+    ('lr', float('inf'), 'lr: expected a finite number > 0, got inf'),
+    ('lr', float('nan'), 'got nan'),
+    ('lr', 0.0, 'got 0.0'),
+    ('lr', -1e-3, 'got -0.001'),
+    ('lr', '1e-3', "got '1e-3'"),
+    ('lr', True, 'got True'),
+    ('iters', 0, 'iters'),
+    ('iters', 2.5, 'iters'),
+    ('batch_size', 0, 'batch_size'),
+    ('betas', (1.0, 0.999), 'betas'),
+    ('betas', (0.9,), 'betas'),
+    ('betas', (0.9, float('nan')), 'betas'),
+    ('seed', 1.5, 'seed'),
 ]
+
 
 @pytest.mark.parametrize('kw,value,text', BAD_ARGS, ids=[f'{k}={v!r}' for k, v, _ in BAD_ARGS])
 def test_bad_hyperparameters_are_refused_up_front(kw, value, text):
-    m = filled(0.5); before = {k: v.clone() for k, v in m.state_dict().items()}
-    with pytest.raises(ValueError, match=kw) as e: train_surgery(m, tiny_cache(), 'l1', **{'iters': 3, kw: value}, progress=False)
+    m = filled(0.5)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    with pytest.raises(ValueError, match=kw) as e:
+        train_surgery(m, tiny_cache(), 'l1', **{'iters': 3, kw: value}, progress=False)
     assert text in str(e.value)
-    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())   # not a single step taken
+    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())  # not a single step taken
+
 
 def test_divergence_stops_with_the_step_loss_and_lr():
-    torch.manual_seed(0); m = PositionSurgery(H, 2, 8)
-    with pytest.raises(FloatingPointError) as e: train_surgery(m, tiny_cache(), 'l1', iters=5, lr=1e30, progress=False)
+    torch.manual_seed(0)
+    m = PositionSurgery(H, 2, 8)
+    with pytest.raises(FloatingPointError) as e:
+        train_surgery(m, tiny_cache(), 'l1', iters=5, lr=1e30, progress=False)
     msg = str(e.value)
     assert 'at step 2 of 5' in msg and 'lr=1e+30' in msg and 'loss value' in msg
 
+
 def test_nonfinite_gradient_stops_training():
     "A finite loss whose gradient is inf: the parameter check catches the step that makes the weights NaN."
-    torch.manual_seed(0); m = PositionSurgery(H, 2, 8)
-    def hook(grad): return torch.full_like(grad, float('inf'))
+    torch.manual_seed(0)
+    m = PositionSurgery(H, 2, 8)
+
+    def hook(grad):
+        return torch.full_like(grad, float('inf'))
+
     m.b.register_hook(hook)
-    with pytest.raises(FloatingPointError, match='a parameter became NaN or inf at step 1 of 4'): train_surgery(m, tiny_cache(), 'l1', iters=4, progress=False)
+    with pytest.raises(FloatingPointError, match='a parameter became NaN or inf at step 1 of 4'):
+        train_surgery(m, tiny_cache(), 'l1', iters=4, progress=False)
+
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
 @pytest.mark.parametrize('loss', ['l1', 'ewl1', 'kl'])
 def test_nonfinite_values_at_pads_do_not_poison_training(bad, loss):
     clean, poisoned = tiny_cache(), tiny_cache()
     pad = ~poisoned.mask
-    poisoned.merged[pad] = bad; poisoned.target[pad] = bad; poisoned.entropy[pad] = bad
+    poisoned.merged[pad] = bad
+    poisoned.target[pad] = bad
+    poisoned.entropy[pad] = bad
     head = torch.nn.Linear(H, 12, bias=False)
+
     def run(c):
-        torch.manual_seed(0); m = PositionSurgery(H, 2, 8)
+        torch.manual_seed(0)
+        m = PositionSurgery(H, 2, 8)
         return train_surgery(m, c, loss, iters=6, lr=1e-2, batch_size=4, head=head, progress=False), m
+
     (h1, m1), (h2, m2) = run(clean), run(poisoned)
     assert h1 == h2 and all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
     assert all(torch.isfinite(v).all() for v in m2.state_dict().values())
 
+
 # ---------------------------------------------------------------------------------------------------------
 # The hidden-state cache: concurrent saves and loads, damage, a full disk, folders with other files.
+
 
 def versioned_cache(v, N=4, T=32, Hc=64):
     "A cache whose every value and its meta say `v`."
     f = lambda *s: torch.full(s, float(v))
-    return HiddenCache(f(N, T, Hc), f(N, T, Hc), f(N, T), torch.ones(N, T, dtype=torch.bool), {'v': v})  # float32: every v exact
+    return HiddenCache(
+        f(N, T, Hc), f(N, T, Hc), f(N, T), torch.ones(N, T, dtype=torch.bool), {'v': v}
+    )  # float32: every v exact
+
 
 def whole(c):
     v = c.meta['v']
     return all(bool((t.float() == v).all()) for t in (c.merged, c.target, c.entropy))
 
+
 def test_concurrent_cache_saves_and_loads_threads(tmp_path):
-    p = tmp_path/'c'; errors, seen, stop = [], set(), threading.Event()
+    p = tmp_path / 'c'
+    errors, seen, stop = [], set(), threading.Event()
     start = threading.Barrier(6)
+
     def saver(k):
         start.wait()
         for i in range(30):
-            try: versioned_cache(k * 100 + i).save(p)
-            except Exception as e: errors.append(('save', repr(e)))
+            try:
+                versioned_cache(k * 100 + i).save(p)
+            except Exception as e:
+                errors.append(('save', repr(e)))
+
     def loader():
         start.wait()
         while not stop.is_set():
-            if not (p/TENSORS).exists(): continue                       # before the first save finished
+            if not (p / TENSORS).exists():
+                continue  # before the first save finished
             try:
                 c = HiddenCache.load(p, device='cpu')
-                if not whole(c): errors.append(('mix', c.meta['v']))
+                if not whole(c):
+                    errors.append(('mix', c.meta['v']))
                 seen.add(c.meta['v'])
-            except Exception as e: errors.append(('load', repr(e)))
-    savers = [threading.Thread(target=saver, args=(k,)) for k in range(1, 5)]   # 4 savers race to create the folder
+            except Exception as e:
+                errors.append(('load', repr(e)))
+
+    savers = [threading.Thread(target=saver, args=(k,)) for k in range(1, 5)]  # 4 savers race to create the folder
     loaders = [threading.Thread(target=loader) for _ in range(2)]
-    for t in savers + loaders: t.start()
-    for t in savers: t.join()
+    for t in savers + loaders:
+        t.start()
+    for t in savers:
+        t.join()
     stop.set()
-    for t in loaders: t.join()
+    for t in loaders:
+        t.join()
     assert errors == [] and len(seen) > 1
-    assert whole(HiddenCache.load(p, device='cpu')) and leftovers(tmp_path) == [] and sorted(os.listdir(p)) == [META, TENSORS]
+    assert (
+        whole(HiddenCache.load(p, device='cpu'))
+        and leftovers(tmp_path) == []
+        and sorted(os.listdir(p)) == [META, TENSORS]
+    )
+
 
 CHILD_CACHE_SAVER = textwrap.dedent('''
     import sys, torch
@@ -341,78 +611,132 @@ CHILD_CACHE_SAVER = textwrap.dedent('''
         HiddenCache(f(i, 4, 32, 64), f(i, 4, 32, 64), f(i, 4, 32), torch.ones(4, 32, dtype=torch.bool), {'v': i}).save(sys.argv[1])
 ''')
 
+
 def test_concurrent_cache_save_and_load_processes(tmp_path):
-    p = versioned_cache(-1).save(tmp_path/'c'); seen = set()
+    p = versioned_cache(-1).save(tmp_path / 'c')
+    seen = set()
     child = subprocess.Popen([sys.executable, '-c', CHILD_CACHE_SAVER, str(p)], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == 'ready'
         t0 = time.time()
         while time.time() - t0 < 2:
-            c = HiddenCache.load(p, device='cpu'); assert whole(c); seen.add(c.meta['v'])
-        child.send_signal(signal.SIGKILL); child.wait()
+            c = HiddenCache.load(p, device='cpu')
+            assert whole(c)
+            seen.add(c.meta['v'])
+        child.send_signal(signal.SIGKILL)
+        child.wait()
     finally:
-        if child.poll() is None: child.kill(); child.wait()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     assert len(seen) > 2 and whole(HiddenCache.load(p, device='cpu'))
+
 
 def _old_format_cache(p):
     "A cache saved before the meta was kept in the safetensors header: meta.json only."
-    c = versioned_cache(7); p.mkdir()
-    save_file({k: t.contiguous() for k, t in c.tensors().items()}, str(p/TENSORS)); (p/META).write_text(json.dumps(c.meta))
+    c = versioned_cache(7)
+    p.mkdir()
+    save_file({k: t.contiguous() for k, t in c.tensors().items()}, str(p / TENSORS))
+    (p / META).write_text(json.dumps(c.meta))
 
-def _only_merged(p): save_file({'merged': torch.zeros(2, 3, 4)}, str(p/TENSORS), metadata={'meta': '{}'})
+
+def _only_merged(p):
+    save_file({'merged': torch.zeros(2, 3, 4)}, str(p / TENSORS), metadata={'meta': '{}'})
+
+
 def _wrong_shapes(p):
-    save_file({'merged': torch.zeros(2, 3, 4), 'target': torch.zeros(2, 3, 4), 'entropy': torch.zeros(2, 5), 'mask': torch.ones(2, 3, dtype=torch.bool)},
-              str(p/TENSORS), metadata={'meta': '{}'})
-def _old_garbled_meta(p): shutil.rmtree(p); _old_format_cache(p); (p/META).write_text('{"v": ')
+    save_file(
+        {
+            'merged': torch.zeros(2, 3, 4),
+            'target': torch.zeros(2, 3, 4),
+            'entropy': torch.zeros(2, 5),
+            'mask': torch.ones(2, 3, dtype=torch.bool),
+        },
+        str(p / TENSORS),
+        metadata={'meta': '{}'},
+    )
+
+
+def _old_garbled_meta(p):
+    shutil.rmtree(p)
+    _old_format_cache(p)
+    (p / META).write_text('{"v": ')
+
 
 CACHE_LOADS = [  # (case, damage, error type or None for a correct load, text)
     ('no folder', lambda p: shutil.rmtree(p), FileNotFoundError, 'is not a saved HiddenCache'),
-    ('tensors missing', lambda p: (p/TENSORS).unlink(), FileNotFoundError, f'needs {TENSORS} and {META}'),
+    ('tensors missing', lambda p: (p / TENSORS).unlink(), FileNotFoundError, f'needs {TENSORS} and {META}'),
     ('truncated tensors', truncate(TENSORS), ValueError, 'corrupt or incomplete cache file'),
-    ('a 0-byte tensors file', lambda p: (p/TENSORS).write_bytes(b''), ValueError, 'corrupt or incomplete cache file'),
+    ('a 0-byte tensors file', lambda p: (p / TENSORS).write_bytes(b''), ValueError, 'corrupt or incomplete cache file'),
     ('tensors missing from the file', _only_merged, ValueError, "missing tensors ['entropy', 'mask', 'target']"),
     ('shapes that disagree', _wrong_shapes, ValueError, 'entropy: expected shape (2, 3)'),
     ('an old cache (meta.json only) loads', lambda p: (shutil.rmtree(p), _old_format_cache(p)), None, ''),
     ('an old cache with a garbled meta.json', _old_garbled_meta, ValueError, 'corrupt JSON'),
-    ('meta.json garbled in a new cache: the header has it', lambda p: (p/META).write_text('{"v": '), None, ''),
+    ('meta.json garbled in a new cache: the header has it', lambda p: (p / META).write_text('{"v": '), None, ''),
 ]
+
 
 @pytest.mark.parametrize('case,damage,exc,text', CACHE_LOADS, ids=[c[0] for c in CACHE_LOADS])
 def test_cache_load_table(tmp_path, case, damage, exc, text):
-    p = versioned_cache(7).save(tmp_path/'c'); damage(p)
-    if exc is None: assert whole(HiddenCache.load(p, device='cpu')); return
-    with pytest.raises(exc) as e: HiddenCache.load(p, device='cpu')
+    p = versioned_cache(7).save(tmp_path / 'c')
+    damage(p)
+    if exc is None:
+        assert whole(HiddenCache.load(p, device='cpu'))
+        return
+    with pytest.raises(exc) as e:
+        HiddenCache.load(p, device='cpu')
     assert str(p) in str(e.value) and text in str(e.value), str(e.value)
 
-@pytest.mark.parametrize('case,make,exc,names', REFUSED_DESTINATIONS[:2] + REFUSED_DESTINATIONS[3:], ids=[c[0] for c in REFUSED_DESTINATIONS[:2] + REFUSED_DESTINATIONS[3:]])
+
+@pytest.mark.parametrize(
+    'case,make,exc,names',
+    REFUSED_DESTINATIONS[:2] + REFUSED_DESTINATIONS[3:],
+    ids=[c[0] for c in REFUSED_DESTINATIONS[:2] + REFUSED_DESTINATIONS[3:]],
+)
 def test_cache_save_refuses_a_folder_with_other_files(tmp_path, case, make, exc, names):
-    dest = make(tmp_path/'dest'); before = snapshot(dest)
-    with pytest.raises(exc) as e: versioned_cache(1).save(dest)
+    dest = make(tmp_path / 'dest')
+    before = snapshot(dest)
+    with pytest.raises(exc) as e:
+        versioned_cache(1).save(dest)
     assert str(dest) in str(e.value) and names in str(e.value)
     assert snapshot(dest) == before and leftovers(tmp_path) == []
+
 
 def _fail_safetensors(monkeypatch):
     import safetensors.torch as st
     from safetensors import SafetensorError
+
     orig = st.save_file
-    def save_file(tensors, filename, metadata=None):  # what safetensors raises on a full disk (checked on a real tmpfs below)
-        orig(tensors, filename, metadata); pathlib.Path(filename).write_bytes(b'half')
+
+    def save_file(
+        tensors, filename, metadata=None
+    ):  # what safetensors raises on a full disk (checked on a real tmpfs below)
+        orig(tensors, filename, metadata)
+        pathlib.Path(filename).write_bytes(b'half')
         raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28)')
+
     monkeypatch.setattr(st, 'save_file', save_file)
+
 
 @pytest.mark.parametrize('where', ['tensors', 'meta'])
 @pytest.mark.parametrize('existing', [False, True])
 def test_cache_disk_full(tmp_path, monkeypatch, where, existing):
-    p = tmp_path/'c'
-    if existing: versioned_cache(1).save(p)
+    p = tmp_path / 'c'
+    if existing:
+        versioned_cache(1).save(p)
     before = snapshot(p)
-    if where == 'tensors': _fail_safetensors(monkeypatch)
-    else: monkeypatch.setattr(pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC))
-    with pytest.raises(OSError) as e: versioned_cache(2).save(p)
+    if where == 'tensors':
+        _fail_safetensors(monkeypatch)
+    else:
+        monkeypatch.setattr(pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC))
+    with pytest.raises(OSError) as e:
+        versioned_cache(2).save(p)
     assert e.value.errno == errno.ENOSPC and f'no space left on the device while writing {p}' in str(e.value)
     monkeypatch.undo()
-    assert snapshot(p) == before and leftovers(tmp_path) == []              # the old cache, or nothing: no partial file
-    if existing: assert HiddenCache.load(p, device='cpu').meta['v'] == 1
+    assert snapshot(p) == before and leftovers(tmp_path) == []  # the old cache, or nothing: no partial file
+    if existing:
+        assert HiddenCache.load(p, device='cpu').meta['v'] == 1
+
 
 REAL_FULL_DISK = textwrap.dedent('''
     import errno, json, os, sys, torch
@@ -431,88 +755,147 @@ REAL_FULL_DISK = textwrap.dedent('''
     print(json.dumps(out))
 ''')
 
+
 def test_real_full_disk_on_a_tiny_tmpfs(tmp_path):
     "On a real 256 KiB tmpfs (a private mount namespace): both saves fail clearly and the previous cache and module stay."
-    if not shutil.which('unshare'): pytest.skip('unshare is not installed: no private tmpfs')
-    d = tmp_path/'full'; d.mkdir()
+    if not shutil.which('unshare'):
+        pytest.skip('unshare is not installed: no private tmpfs')
+    d = tmp_path / 'full'
+    d.mkdir()
     cmd = f'mount -t tmpfs -o size=256k tmpfs {d} && exec {sys.executable} -c "$0" {d}'
     r = subprocess.run(['unshare', '-rm', 'sh', '-c', cmd, REAL_FULL_DISK], capture_output=True, text=True, timeout=120)
-    if 'mount' in r.stderr and r.returncode != 0 and 'Traceback' not in r.stderr: pytest.skip(f'no private tmpfs here: {r.stderr.strip()}')
+    if 'mount' in r.stderr and r.returncode != 0 and 'Traceback' not in r.stderr:
+        pytest.skip(f'no private tmpfs here: {r.stderr.strip()}')
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for name, path in (('cache', f'{d}/c'), ('module', f'{d}/m')):
         assert out[name][0] == errno.ENOSPC and f'no space left on the device while writing {path}' in out[name][1], out
-    assert out["files"] == ["c", "m", META, TENSORS, *sorted([CONFIG, WEIGHTS, CARD])]       # no temporary sibling, no partial file
+    assert out["files"] == [
+        "c",
+        "m",
+        META,
+        TENSORS,
+        *sorted([CONFIG, WEIGHTS, CARD]),
+    ]  # no temporary sibling, no partial file
     assert out['cache_v'] == 1 and out['module_seed'] == 1
+
 
 # ---------------------------------------------------------------------------------------------------------
 # The cache key: a cache computed from other inputs is never returned.
+
 
 @pytest.fixture
 def fake_build(monkeypatch):
     "`build_cache` replaced by a stub recording its calls; the cache it returns says which inputs it came from."
     calls = []
-    def build_cache(m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=None, progress=True, spans=None):
+
+    def build_cache(
+        m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=None, progress=True, spans=None
+    ):
         calls.append((m, t, tuple(prompts), max_len, spans))
         c = versioned_cache(len(calls), N=len(prompts), T=max_len, Hc=4)
-        c.meta.update(prompt_hash=core.stable_hash(list(prompts)), max_len=max_len); return c
+        c.meta.update(prompt_hash=core.stable_hash(list(prompts)), max_len=max_len)
+        return c
+
     monkeypatch.setattr(cache_mod, 'build_cache', build_cache)
     return calls
 
+
 def _ckpt(p, content='w'):
-    p.mkdir(exist_ok=True); (p/'model.safetensors').write_text(content); (p/'config.json').write_text('{}'); return p
+    p.mkdir(exist_ok=True)
+    (p / 'model.safetensors').write_text(content)
+    (p / 'config.json').write_text('{}')
+    return p
+
 
 def _get(root, merged, expert, prompts=('a', 'b'), max_len=4, spans=None):
-    return get_or_build_cache(merged, expert, list(prompts), max_len=max_len, device='cpu', root=root, progress=False,
-                              models=lambda path: (f'model:{path}', None), spans=spans)
+    return get_or_build_cache(
+        merged,
+        expert,
+        list(prompts),
+        max_len=max_len,
+        device='cpu',
+        root=root,
+        progress=False,
+        models=lambda path: (f'model:{path}', None),
+        spans=spans,
+    )
+
 
 def test_cache_key_inputs(tmp_path, fake_build):
-    root, m, e = tmp_path/'caches', _ckpt(tmp_path/'merged'), _ckpt(tmp_path/'expert')
-    first = _get(root, m, e); assert _get(root, m, e).meta['v'] == first.meta['v'] == 1 and len(fake_build) == 1   # reused
-    variants = [('other prompts', dict(prompts=('a', 'c'))), ('other max_len', dict(max_len=5)), ('spans', dict(spans=[[(0, 1, 'slot')], []])),
-                ('other expert', dict(expert=_ckpt(tmp_path/'expert2')))]
+    root, m, e = tmp_path / 'caches', _ckpt(tmp_path / 'merged'), _ckpt(tmp_path / 'expert')
+    first = _get(root, m, e)
+    assert _get(root, m, e).meta['v'] == first.meta['v'] == 1 and len(fake_build) == 1  # reused
+    variants = [
+        ('other prompts', dict(prompts=('a', 'c'))),
+        ('other max_len', dict(max_len=5)),
+        ('spans', dict(spans=[[(0, 1, 'slot')], []])),
+        ('other expert', dict(expert=_ckpt(tmp_path / 'expert2'))),
+    ]
     for i, (case, kw) in enumerate(variants, 2):
-        args = dict(merged=m, expert=e); args.update({k: v for k, v in kw.items() if k in args})
+        args = dict(merged=m, expert=e)
+        args.update({k: v for k, v in kw.items() if k in args})
         c = _get(root, args['merged'], args['expert'], **{k: v for k, v in kw.items() if k not in args})
         assert c.meta['v'] == i and len(fake_build) == i, case
-    time.sleep(0.01); _ckpt(m, 'merge redone')                              # a merge redone under the same name
+    time.sleep(0.01)
+    _ckpt(m, 'merge redone')  # a merge redone under the same name
     assert _get(root, m, e).meta['v'] == len(variants) + 2
-    assert cache_path(m, e, ['a', 'b'], 4, root=root) != cache_path(tmp_path/'expert', m, ['a', 'b'], 4, root=root)
+    assert cache_path(m, e, ['a', 'b'], 4, root=root) != cache_path(tmp_path / 'expert', m, ['a', 'b'], 4, root=root)
     assert leftovers(root) == []
 
+
 def test_cache_for_other_inputs_at_the_path_is_not_returned(tmp_path, fake_build):
-    root, m, e = tmp_path/'caches', _ckpt(tmp_path/'merged'), _ckpt(tmp_path/'expert')
-    other = _get(root, m, e, prompts=('a', 'b'), max_len=4)                 # v=1, for (m, e)
+    root, m, e = tmp_path / 'caches', _ckpt(tmp_path / 'merged'), _ckpt(tmp_path / 'expert')
+    other = _get(root, m, e, prompts=('a', 'b'), max_len=4)  # v=1, for (m, e)
     p_other = cache_path(m, e, ['a', 'b'], 4, root=root)
-    e2 = _ckpt(tmp_path/'expert2'); p2 = cache_path(m, e2, ['a', 'b'], 4, root=root)
-    shutil.copytree(p_other, p2)                                            # (m, e)'s cache under (m, e2)'s name: same prompts, same max_len
+    e2 = _ckpt(tmp_path / 'expert2')
+    p2 = cache_path(m, e2, ['a', 'b'], 4, root=root)
+    shutil.copytree(p_other, p2)  # (m, e)'s cache under (m, e2)'s name: same prompts, same max_len
     c = _get(root, m, e2)
     assert c.meta['v'] == 2 and c.meta['key'] == cache_key(m, e2, ['a', 'b'], 4) and other.meta['key'] != c.meta['key']
 
+
 def test_corrupt_cache_is_built_again(tmp_path, fake_build):
-    root, m, e = tmp_path/'caches', _ckpt(tmp_path/'merged'), _ckpt(tmp_path/'expert')
-    _get(root, m, e); p = cache_path(m, e, ['a', 'b'], 4, root=root); truncate(TENSORS)(p)
-    with pytest.warns(UserWarning, match=f'{p/TENSORS}: corrupt or incomplete'): c = _get(root, m, e)
+    root, m, e = tmp_path / 'caches', _ckpt(tmp_path / 'merged'), _ckpt(tmp_path / 'expert')
+    _get(root, m, e)
+    p = cache_path(m, e, ['a', 'b'], 4, root=root)
+    truncate(TENSORS)(p)
+    with pytest.warns(UserWarning, match=f'{p / TENSORS}: corrupt or incomplete'):
+        c = _get(root, m, e)
     assert c.meta['v'] == 2 and whole(HiddenCache.load(p, device='cpu')) and leftovers(root) == []
+
 
 @pytest.mark.parametrize('what', ['module', 'cache'])
 def test_racing_first_saves_of_one_path(tmp_path, monkeypatch, what):
     "Writers that all found no folder put theirs in place at once (the race core._swap leaves): none fails, one whole version stays."
     errors, orig = [], core._swap
+
     def racing_swap(tmp, final):
         if not final.exists():  # core._swap's first branch, with every writer held until all have looked
-            gate.wait(); os.replace(tmp, final); return
+            gate.wait()
+            os.replace(tmp, final)
+            return
         orig(tmp, final)
+
     monkeypatch.setattr(core, '_swap', racing_swap)
     for k in range(3):
-        p, start, gate = tmp_path/f'x{k}', threading.Barrier(4), threading.Barrier(4, timeout=10)
+        p, start, gate = tmp_path / f'x{k}', threading.Barrier(4), threading.Barrier(4, timeout=10)
+
         def save(v):
             start.wait()
-            try: save_surgery(filled(float(v)), p, seed=v) if what == 'module' else versioned_cache(v).save(p)
-            except Exception as e: errors.append(repr(e))
+            try:
+                save_surgery(filled(float(v)), p, seed=v) if what == 'module' else versioned_cache(v).save(p)
+            except Exception as e:
+                errors.append(repr(e))
+
         ts = [threading.Thread(target=save, args=(v,)) for v in range(1, 5)]
-        for t in ts: t.start()
-        for t in ts: t.join()
-        if what == 'module': m = load_surgery(p); assert same_module(m, float(m.meta['seed']))
-        else: assert whole(HiddenCache.load(p, device='cpu'))
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if what == 'module':
+            m = load_surgery(p)
+            assert same_module(m, float(m.meta['seed']))
+        else:
+            assert whole(HiddenCache.load(p, device='cpu'))
     assert errors == [] and leftovers(tmp_path) == []

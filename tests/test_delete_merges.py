@@ -1,7 +1,9 @@
 "--delete-merges: the sweep scores every merge and keeps none on disk; an arm that needs a merge makes it again, the same."
+
 import shutil
 from darts_nb.runs import make_run, run_dir, stage_sweep, sweep_table, merges_dir, run_arm, NONE
 from darts_nb.merge import is_finished
+
 
 def test_sweep_without_keeping_merges(monkeypatch):
     shutil.rmtree(run_dir('test-delete-merges'), ignore_errors=True)
@@ -11,8 +13,11 @@ def test_sweep_without_keeping_merges(monkeypatch):
     try:
         stage_sweep(run)
         t = sweep_table(run)
-        assert len(t) == 4 and t[['code', 'math', 'instruct']].notna().all().all()   # one merge per family, every domain scored
-        assert not any(is_finished(merges_dir(run)/n) for n in t.index)              # none left on disk
-        rows = run_arm(run, 'ta-0.5', 'math', NONE)                                   # needs ta-0.5 again: merged again
-        assert is_finished(merges_dir(run)/'ta-0.5') and len(rows)
-    finally: run.close()
+        assert (
+            len(t) == 4 and t[['code', 'math', 'instruct']].notna().all().all()
+        )  # one merge per family, every domain scored
+        assert not any(is_finished(merges_dir(run) / n) for n in t.index)  # none left on disk
+        rows = run_arm(run, 'ta-0.5', 'math', NONE)  # needs ta-0.5 again: merged again
+        assert is_finished(merges_dir(run) / 'ta-0.5') and len(rows)
+    finally:
+        run.close()

@@ -1,6 +1,10 @@
 """lm-eval's own command line with the package's tasks (--include_path) and the `darts` model (issue 17): no data file needed, the
 module's correction applied, and the same numbers as `evaluate.evaluate_model` on the corrected model."""
-import json, os, subprocess, sys
+
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 import pytest
 import torch
@@ -12,18 +16,36 @@ from darts_nb.zoo import load_model
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 5
 
+
 @pytest.fixture(scope='module')
 def expert():
-    p = darts_home()/'zoo-ci'/'math'
-    assert (p/'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({p})'
+    p = darts_home() / 'zoo-ci' / 'math'
+    assert (p / 'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({p})'
     return p
+
 
 def lm_eval(tmp: Path, *args, module='lm_eval') -> dict:
     "Run an lm-eval command line in a fresh process; its results and samples."
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1', 'TOKENIZERS_PARALLELISM': 'false'}
-    cmd = [sys.executable, '-m', module, 'run', *args, '--tasks', 'darts_math', '--limit', str(LIMIT), '--device', 'cpu',
-           '--batch_size', '4', '--output_path', str(tmp), '--log_samples']
+    cmd = [
+        sys.executable,
+        '-m',
+        module,
+        'run',
+        *args,
+        '--tasks',
+        'darts_math',
+        '--limit',
+        str(LIMIT),
+        '--device',
+        'cpu',
+        '--batch_size',
+        '4',
+        '--output_path',
+        str(tmp),
+        '--log_samples',
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'fatal: not a git repository' not in r.stderr or module == 'lm_eval'
@@ -31,44 +53,81 @@ def lm_eval(tmp: Path, *args, module='lm_eval') -> dict:
     samples = [json.loads(l) for l in next(tmp.rglob('samples_darts_math_*.jsonl')).read_text().splitlines()]
     return dict(em=res['results']['darts_math']['exact_match,none'], answers=[s['filtered_resps'] for s in samples])
 
+
 def module_dir(tmp: Path, zero: bool) -> Path:
     m = PositionSurgery(64, 4, 512)
     if not zero:
         torch.manual_seed(0)
-        with torch.no_grad(): m.b.normal_(0, 2.0); m.up.weight.normal_(0, 0.5)
-    return save_surgery(m, tmp/('zero' if zero else 'random'), domain='math')
+        with torch.no_grad():
+            m.b.normal_(0, 2.0)
+            m.up.weight.normal_(0, 0.5)
+    return save_surgery(m, tmp / ('zero' if zero else 'random'), domain='math')
+
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory, expert):
     "The lm-eval runs the tests compare, each made once: lm-eval's hf model, and the darts model with a zero and a random module."
     tmp = tmp_path_factory.mktemp('lm_eval')
     mod = module_dir(tmp, False)
-    return dict(tmp=tmp, module=mod,
-                plain=lm_eval(tmp/'plain', '--model', 'hf', '--model_args', f'pretrained={expert}', '--include_path', str(tasks_dir())),
-                zero=lm_eval(tmp/'zero', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={module_dir(tmp, True)}',
-                             module='darts_nb.lm_eval'),
-                fixed=lm_eval(tmp/'fixed', '--model', 'darts', '--model_args', f'pretrained={expert},surgery={mod}', module='darts_nb.lm_eval'))
+    return dict(
+        tmp=tmp,
+        module=mod,
+        plain=lm_eval(
+            tmp / 'plain', '--model', 'hf', '--model_args', f'pretrained={expert}', '--include_path', str(tasks_dir())
+        ),
+        zero=lm_eval(
+            tmp / 'zero',
+            '--model',
+            'darts',
+            '--model_args',
+            f'pretrained={expert},surgery={module_dir(tmp, True)}',
+            module='darts_nb.lm_eval',
+        ),
+        fixed=lm_eval(
+            tmp / 'fixed',
+            '--model',
+            'darts',
+            '--model_args',
+            f'pretrained={expert},surgery={mod}',
+            module='darts_nb.lm_eval',
+        ),
+    )
+
 
 def test_the_tasks_run_under_lm_evals_own_command_line(runs):
     "The shipped YAMLs need no data file beside them (custom_dataset builds the split)."
     out = runs['plain']
     assert 0 <= out['em'] <= 1 and len(out['answers']) == LIMIT
 
+
 def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_applied(runs, expert):
     assert runs['zero'] == runs['plain']  # the darts model with a zero module: lm-eval's own hf model's answers
     fixed, plain = runs['fixed'], runs['plain']
-    assert fixed['answers'] != plain['answers'] and fixed['em'] != plain['em'], (fixed['em'], plain['em'])   # the correction reached the score
+    assert fixed['answers'] != plain['answers'] and fixed['em'] != plain['em'], (
+        fixed['em'],
+        plain['em'],
+    )  # the correction reached the score
     model, tok = load_model(str(expert), 'cpu')
     attach_surgery(model, load_surgery(runs['module']))
     df = evaluate_model(model, tok, ['math'], limit=LIMIT)
     assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
 
+
 def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(runs, expert, monkeypatch):
     "export_corrected's one folder, given to lm-eval's plain `hf` model with trust_remote_code: the darts model's answers."
     from darts_nb.deploy import export_corrected
+
     tmp = runs['tmp']
-    monkeypatch.setenv('HF_MODULES_CACHE', str(tmp/'hf_modules'))
+    monkeypatch.setenv('HF_MODULES_CACHE', str(tmp / 'hf_modules'))
     model, tok = load_model(str(expert), 'cpu')
-    out = export_corrected(model, load_surgery(runs['module']), tmp/'corrected', tokenizer=tok)
-    hf = lm_eval(tmp/'hf', '--model', 'hf', '--model_args', f'pretrained={out},trust_remote_code=True', '--include_path', str(tasks_dir()))
+    out = export_corrected(model, load_surgery(runs['module']), tmp / 'corrected', tokenizer=tok)
+    hf = lm_eval(
+        tmp / 'hf',
+        '--model',
+        'hf',
+        '--model_args',
+        f'pretrained={out},trust_remote_code=True',
+        '--include_path',
+        str(tasks_dir()),
+    )
     assert hf == runs['fixed']

@@ -1,66 +1,110 @@
 "Bad input and determinism for the zoo and profiles (the lessons in 02_zoo cover the happy path)."
+
 import json
-import pytest, torch
+import pytest
+import torch
 from darts_nb.core import tiny_llama
 from darts_nb import zoo
-from darts_nb.zoo import (build_zoo, load_model, check_compatible, get_profile, train_tokenizer, train_lm, pack,
-                          zoo_dir, _is_complete)
+from darts_nb.zoo import (
+    build_zoo,
+    load_model,
+    check_compatible,
+    get_profile,
+    train_tokenizer,
+    train_lm,
+    pack,
+    zoo_dir,
+    _is_complete,
+)
+
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
     return tmp_path
 
+
 def _save_tiny(path, tok, **kw):
-    m = tiny_llama(vocab_size=len(tok), **kw); m.save_pretrained(path); tok.save_pretrained(path); return path
+    m = tiny_llama(vocab_size=len(tok), **kw)
+    m.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
 
 @pytest.fixture(scope='module')
 def tok():
     return train_tokenizer(['def f(x):\n    return x + 1\n', 'Question: 1 + 2?\nAnswer: 3'] * 20, vocab_size=300)
 
+
 def test_missing_model_dir(tmp_path):
-    with pytest.raises(FileNotFoundError, match='does not exist'): load_model(tmp_path/'nope')
+    with pytest.raises(FileNotFoundError, match='does not exist'):
+        load_model(tmp_path / 'nope')
+
 
 def test_dir_without_config(tmp_path):
-    (tmp_path/'m').mkdir()
-    with pytest.raises(FileNotFoundError, match='no config.json'): load_model(tmp_path/'m')
+    (tmp_path / 'm').mkdir()
+    with pytest.raises(FileNotFoundError, match='no config.json'):
+        load_model(tmp_path / 'm')
+
 
 def test_corrupt_weights(tmp_path, tok):
-    p = _save_tiny(tmp_path/'m', tok)
-    (p/'model.safetensors').write_bytes(b'not a safetensors file')
-    with pytest.raises(ValueError, match=str(p)): load_model(p)
+    p = _save_tiny(tmp_path / 'm', tok)
+    (p / 'model.safetensors').write_bytes(b'not a safetensors file')
+    with pytest.raises(ValueError, match=str(p)):
+        load_model(p)
+
 
 def test_incomplete_zoo_dir_is_refused(home):
-    d = zoo_dir('ci')/'base'; d.mkdir(parents=True); (d/'config.json').write_text('{}')
-    with pytest.raises(ValueError, match='not a complete zoo model'): build_zoo('ci')
+    d = zoo_dir('ci') / 'base'
+    d.mkdir(parents=True)
+    (d / 'config.json').write_text('{}')
+    with pytest.raises(ValueError, match='not a complete zoo model'):
+        build_zoo('ci')
+
 
 def test_foreign_recipe_is_refused(home, tok):
-    d = zoo_dir('ci')/'base'; _save_tiny(d, tok)
-    (d/'zoo.json').write_text(json.dumps({'key': 'other'}))
-    with pytest.raises(ValueError, match='another recipe'): _is_complete(d, 'mine')
+    d = zoo_dir('ci') / 'base'
+    _save_tiny(d, tok)
+    (d / 'zoo.json').write_text(json.dumps({'key': 'other'}))
+    with pytest.raises(ValueError, match='another recipe'):
+        _is_complete(d, 'mine')
+
 
 def test_unknown_size():
-    with pytest.raises(ValueError, match="size='huge'"): build_zoo('huge')
+    with pytest.raises(ValueError, match="size='huge'"):
+        build_zoo('huge')
+
 
 def test_profile_path_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match='no-such'): get_profile({'base': str(tmp_path/'no-such'), 'experts': {}})
-    with pytest.raises(FileNotFoundError, match='nope.yaml'): get_profile(str(tmp_path/'nope.yaml'))
+    with pytest.raises(FileNotFoundError, match='no-such'):
+        get_profile({'base': str(tmp_path / 'no-such'), 'experts': {}})
+    with pytest.raises(FileNotFoundError, match='nope.yaml'):
+        get_profile(str(tmp_path / 'nope.yaml'))
+
 
 def test_profile_yaml(tmp_path, tok):
-    b, e = _save_tiny(tmp_path/'b', tok), _save_tiny(tmp_path/'e', tok, seed=1)
-    (tmp_path/'p.yaml').write_text(f'base: {b}\nexperts:\n  math: {e}\n')
-    prof = get_profile(str(tmp_path/'p.yaml'))
+    b, e = _save_tiny(tmp_path / 'b', tok), _save_tiny(tmp_path / 'e', tok, seed=1)
+    (tmp_path / 'p.yaml').write_text(f'base: {b}\nexperts:\n  math: {e}\n')
+    prof = get_profile(str(tmp_path / 'p.yaml'))
     assert prof.base == str(b) and prof.experts == {'math': str(e)}
 
+
 def test_architecture_mismatch_named(tmp_path, tok):
-    a, b = _save_tiny(tmp_path/'a', tok), _save_tiny(tmp_path/'b', tok, hidden_size=48)
-    with pytest.raises(ValueError, match='hidden_size'): check_compatible({'base': a, 'code': b})
+    a, b = _save_tiny(tmp_path / 'a', tok), _save_tiny(tmp_path / 'b', tok, hidden_size=48)
+    with pytest.raises(ValueError, match='hidden_size'):
+        check_compatible({'base': a, 'code': b})
+
 
 def test_vocab_mismatch_named(tmp_path, tok):
     other = train_tokenizer(['completely different text here'] * 30, vocab_size=280)
-    a = _save_tiny(tmp_path/'a', tok)
-    b = tmp_path/'b'; m = tiny_llama(vocab_size=len(tok)); m.save_pretrained(b); other.save_pretrained(b)
-    with pytest.raises(ValueError, match='different ids'): check_compatible({'base': a, 'code': b})  # the same size, ids that disagree
+    a = _save_tiny(tmp_path / 'a', tok)
+    b = tmp_path / 'b'
+    m = tiny_llama(vocab_size=len(tok))
+    m.save_pretrained(b)
+    other.save_pretrained(b)
+    with pytest.raises(ValueError, match='different ids'):
+        check_compatible({'base': a, 'code': b})  # the same size, ids that disagree
+
 
 def test_training_is_deterministic(tok):
     docs = [[('Question: 1 + 2?\nAnswer:', False), (' 3', True)], [('def f(x):\n    return x + 1\n', True)]] * 8

@@ -1,14 +1,31 @@
-"""Check the library's layout: no import cycle among the darts_nb modules, and no module over 500 lines.
+"""Check the library's layout: no import cycle, one definition per export cell, every public name in a lesson.
 
-Every import counts, at module level or inside a function (a deferred import is still a dependency:
-a cycle through one means two modules that cannot be understood apart). nbdev's generated index
-(_modidx.py) is left out.
-usage: python tools/check_layout.py [--max-lines N]"""
-import argparse, ast, sys
+- No import cycle among the darts_nb modules. Every import counts, at module level or inside a function (a deferred
+  import is still a dependency: a cycle through one means two modules that cannot be understood apart).
+- One definition per export cell: each `#| export` cell defines at most one top-level function or class, so that
+  the prose and the lesson after it explain one thing (nbdev's own notebooks: 1.06 definitions per cell).
+- Every public name is exercised in its own notebook, outside the export cells: every public function and class,
+  and at least 90 % of all public names (constants included). A name counts when a lesson's code uses it (an
+  import line alone does not count).
+- Lines of at most 120 characters in the library, except the `__all__` that nbdev writes itself (it wraps the list
+  at 120 and then adds its 10-character prefix). ruff holds the notebooks to the same limit.
+
+This replaces a cap of 500 lines per module, which rewarded packing statements onto lines rather than measuring
+the size of a concept. nbdev's generated index (_modidx.py) is left out.
+usage: python tools/check_layout.py [--notebooks NB ...] [--min-share 0.9]"""
+
+import argparse
+import ast
+import json
+import re
+import sys
 from pathlib import Path
 
 PKG = 'darts_nb'
 root = Path(__file__).resolve().parent.parent
+MAX_LINE = 120
+MIN_SHARE = 0.9
+
 
 def imports(path: Path, modules: set) -> set:
     "The darts_nb modules `path` imports anywhere in its code."
@@ -16,43 +33,171 @@ def imports(path: Path, modules: set) -> set:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ''
-            if node.level: base = f'{PKG}.{base}' if base else PKG
-            if base == PKG: out |= {a.name for a in node.names if a.name in modules}
-            elif base.startswith(PKG + '.'): out.add(base.split('.')[1])
+            if node.level:
+                base = f'{PKG}.{base}' if base else PKG
+            if base == PKG:
+                out |= {a.name for a in node.names if a.name in modules}
+            elif base.startswith(PKG + '.'):
+                out.add(base.split('.')[1])
         elif isinstance(node, ast.Import):
-            out |= {a.name.split('.')[1] for a in node.names if a.name.startswith(PKG + '.') and a.name.split('.')[1] in modules}
+            for a in node.names:
+                parts = a.name.split('.')
+                if parts[0] == PKG and len(parts) > 1 and parts[1] in modules:
+                    out.add(parts[1])
     return out - {path.stem}
 
+
 def graph() -> dict:
-    files = {p.stem: p for p in (root/PKG).glob('*.py') if p.stem not in ('_modidx', '__init__')}
+    files = {p.stem: p for p in (root / PKG).glob('*.py') if p.stem not in ('_modidx', '__init__')}
     return {m: imports(p, set(files)) for m, p in sorted(files.items())}
 
-def find_cycle(g: dict) -> list|None:
+
+def find_cycle(g: dict) -> list | None:
     "One import cycle as a list of modules (first == last), or None."
     state, stack = {}, []
+
     def visit(m):
-        state[m] = 'open'; stack.append(m)
+        state[m] = 'open'
+        stack.append(m)
         for n in sorted(g.get(m, ())):
-            if state.get(n) == 'open': return stack[stack.index(n):] + [n]
-            if n not in state and (c := visit(n)): return c
-        state[m] = 'done'; stack.pop()
+            if state.get(n) == 'open':
+                return stack[stack.index(n) :] + [n]
+            if n not in state and (c := visit(n)):
+                return c
+        state[m] = 'done'
+        stack.pop()
         return None
+
     for m in g:
-        if m not in state and (c := visit(m)): return c
+        if m not in state and (c := visit(m)):
+            return c
     return None
+
+
+def code_cells(nb: Path) -> list[str]:
+    "The sources of a notebook's code cells."
+    cells = json.loads(nb.read_text())['cells']
+    return [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
+
+
+def is_export(src: str) -> bool:
+    return re.match(r'\s*#\|\s*export', src) is not None
+
+
+def parse(src: str) -> ast.Module:
+    "A cell's code as a module (IPython magics and shell lines blanked)."
+    lines = ['' if re.match(r'\s*[%!]', line) else line for line in src.splitlines()]
+    return ast.parse('\n'.join(lines))
+
+
+def definitions(tree: ast.Module) -> list[ast.AST]:
+    "The top-level functions and classes of a cell."
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return [n for n in tree.body if isinstance(n, kinds)]
+
+
+def is_patch(node: ast.AST) -> bool:
+    "A function that fastcore's `@patch` adds to a class (a public method, not a module-level name)."
+    return any(isinstance(d, ast.Name) and d.id == 'patch' for d in getattr(node, 'decorator_list', []))
+
+
+def used_names(tree: ast.Module) -> set:
+    "Names and attribute names a cell's code uses (what an import line binds does not count)."
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+    return out
+
+
+def module_of(nb: Path) -> str | None:
+    "The module a notebook exports to (`#| default_exp`)."
+    for src in code_cells(nb):
+        if m := re.search(r'#\|\s*default_exp\s+(\S+)', src):
+            return m.group(1)
+    return None
+
+
+def public_names(module: str) -> list[str]:
+    "What nbdev lists in the module's `__all__`."
+    tree = ast.parse((root / PKG / f'{module}.py').read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, 'id', '') == '__all__' for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def notebook_report(nb: Path) -> dict:
+    "One notebook's definitions per export cell, and its public names with and without a lesson."
+    module = module_of(nb)
+    crowded, callables, used = [], set(), set()
+    for src in code_cells(nb):
+        tree = parse(src)
+        if is_export(src):
+            defs = definitions(tree)
+            if len(defs) > 1:
+                crowded.append([d.name for d in defs])
+            callables |= {d.name for d in defs if not d.name.startswith('_')}
+            callables |= {d.name for d in defs if is_patch(d)}
+        else:
+            used |= used_names(tree)
+    names = public_names(module) if module else []
+    names += sorted(n for n in callables if n not in names)
+    missing = [n for n in names if n not in used]
+    return dict(module=module, crowded=crowded, names=names, callables=callables, missing=missing)
+
+
+def long_lines(path: Path) -> list[int]:
+    "Line numbers over MAX_LINE characters, outside nbdev's generated `__all__`."
+    out, in_all = [], False
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith('__all__ = '):
+            in_all = True
+        if len(line) > MAX_LINE and not in_all:
+            out.append(i)
+        if in_all and line.rstrip().endswith(']'):
+            in_all = False
+    return out
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--max-lines', type=int, default=500)
+    ap.add_argument('--notebooks', nargs='*', help='only these notebooks (default: every numbered notebook)')
+    ap.add_argument('--min-share', type=float, default=MIN_SHARE, help='share of public names that need a lesson')
     a = ap.parse_args(argv)
     errs, g = [], graph()
-    if (c := find_cycle(g)): errs.append('import cycle: ' + ' -> '.join(c))
-    for p in sorted((root/PKG).glob('*.py')):
-        n = len(p.read_text().splitlines())
-        if p.stem != '_modidx' and n > a.max_lines: errs.append(f'{p.relative_to(root)} has {n} lines (at most {a.max_lines}); split the concept')
+    if c := find_cycle(g):
+        errs.append('import cycle: ' + ' -> '.join(c))
+    for p in sorted((root / PKG).glob('*.py')):
+        if p.stem != '_modidx' and (lines := long_lines(p)):
+            errs.append(f'{p.relative_to(root)}: lines over {MAX_LINE} characters: {lines[:10]}')
+    nbs = [Path(n).resolve() for n in a.notebooks] if a.notebooks else sorted((root / 'nbs').glob('[0-9]*.ipynb'))
+    total = lessons = 0
+    for nb in nbs:
+        r = notebook_report(nb)
+        for names in r['crowded']:
+            errs.append(f'{nb.name}: an export cell defines {len(names)} things ({", ".join(names)}); one per cell')
+        if bare := [n for n in r['missing'] if n in r['callables']]:
+            errs.append(f'{nb.name}: public functions or classes without a lesson in their notebook: {bare}')
+        total += len(r['names'])
+        lessons += len(r['names']) - len(r['missing'])
+    share = lessons / total if total else 1.0
+    if share < a.min_share:
+        errs.append(
+            f'{lessons} of {total} public names ({share:.0%}) are used in a lesson of their notebook; '
+            f'at least {a.min_share:.0%} should be'
+        )
     if errs:
-        print('FAIL: ' + '\n'.join(errs), file=sys.stderr); return 1
-    print(f'layout ok: {len(g)} modules, no import cycle, none over {a.max_lines} lines')
+        print('FAIL: ' + '\n'.join(errs), file=sys.stderr)
+        return 1
+    print(
+        f'layout ok: {len(g)} modules, no import cycle; {len(nbs)} notebooks, one definition per export cell, '
+        f'{lessons} of {total} public names ({share:.0%}) in a lesson; library lines <= {MAX_LINE}'
+    )
     return 0
 
-if __name__ == '__main__': sys.exit(main())
+
+if __name__ == '__main__':
+    sys.exit(main())
