@@ -7,6 +7,8 @@
 - Every public name is exercised in its own notebook, outside the export cells: every public function and class,
   and at least 90 % of all public names (constants included). A name counts when a lesson's code uses it (an
   import line alone does not count).
+- No call in the library passes more than three arguments by position: a longer call names its arguments, so a
+  parameter added in the middle of a signature cannot silently shift the others.
 - Lines of at most 120 characters in the library, except the `__all__` that nbdev writes itself (it wraps the list
   at 120 and then adds its 10-character prefix). ruff holds the notebooks to the same limit.
 
@@ -25,6 +27,7 @@ PKG = 'darts_nb'
 root = Path(__file__).resolve().parent.parent
 MAX_LINE = 120
 MIN_SHARE = 0.9
+MAX_POSITIONAL = 3
 
 
 def imports(path: Path, modules: set) -> set:
@@ -162,18 +165,34 @@ def long_lines(path: Path) -> list[int]:
     return out
 
 
+def positional_calls(path: Path, most: int = MAX_POSITIONAL) -> list[str]:
+    "Calls in `path` that pass more than `most` arguments by position (`*args` not counted), as 'line: callee'."
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            n = sum(not isinstance(a, ast.Starred) for a in node.args)
+            if n > most:
+                out.append(f'{node.lineno}: {ast.unparse(node.func)}({n} by position)')
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--notebooks', nargs='*', help='only these notebooks (default: every numbered notebook)')
+    ap.add_argument('--notebooks', nargs='*', help='only these notebooks and their modules (default: all of them)')
     ap.add_argument('--min-share', type=float, default=MIN_SHARE, help='share of public names that need a lesson')
     a = ap.parse_args(argv)
     errs, g = [], graph()
     if c := find_cycle(g):
         errs.append('import cycle: ' + ' -> '.join(c))
-    for p in sorted((root / PKG).glob('*.py')):
-        if p.stem != '_modidx' and (lines := long_lines(p)):
-            errs.append(f'{p.relative_to(root)}: lines over {MAX_LINE} characters: {lines[:10]}')
     nbs = [Path(n).resolve() for n in a.notebooks] if a.notebooks else sorted((root / 'nbs').glob('[0-9]*.ipynb'))
+    only = {module_of(nb) for nb in nbs} if a.notebooks else None
+    for p in sorted((root / PKG).glob('*.py')):
+        if p.stem == '_modidx' or (only is not None and p.stem not in only):
+            continue
+        if lines := long_lines(p):
+            errs.append(f'{p.relative_to(root)}: lines over {MAX_LINE} characters: {lines[:10]}')
+        if calls := positional_calls(p):
+            errs.append(f'{p.relative_to(root)}: calls with more than {MAX_POSITIONAL} arguments by position: {calls}')
     total = lessons = 0
     for nb in nbs:
         r = notebook_report(nb)
