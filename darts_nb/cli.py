@@ -10,19 +10,19 @@ import argparse
 import errno
 import os
 import sys
-from .core import LineLog, default_device, in_notebook
+from .core import LineLog, check_int, default_device, in_notebook
+from .options import EXECUTORS, add_option_flags, batch_size_arg, options_from_args
 
 # %% auto #0
-__all__ = ['PROFILE_HELP', 'CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery',
-           'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'main']
+__all__ = ['CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery', 'cmd_eval', 'cmd_report',
+           'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'main']
 
-# %% ../nbs/22_cli.ipynb #a19129b7
-PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
+# %% ../nbs/22_cli.ipynb #282bfa6a
 CHOICES = dict(  # the library's registries, by name (checked against them below)
     domain=('code', 'math', 'instruct'),  # domains.DOMAINS
     kind=('standard', 'position', 'add', 'parallel', 'token', 'shuffled'),  # surgery.SURGERY_KINDS
     loss=('l1', 'ewl1', 'kl', 'ce'),  # losses.LOSSES
-    experiment=(
+    experiment=(  # experiments.EXPERIMENTS
         'experts',
         'sweep',
         'main',
@@ -42,10 +42,10 @@ CHOICES = dict(  # the library's registries, by name (checked against them below
         'lr',
         'cost',
         'summary',
-    ),  # experiments.EXPERIMENTS
+    ),
     size=('ci', 'toy'),  # zoo.ZOO_SIZES
-    executor=('local', 'ray'),
-)  # executors.EXECUTORS
+    executor=EXECUTORS,  # executors.EXECUTORS
+)
 EXAMPLES = {
     'zoo': 'darts zoo --size ci --table --limit 20',
     'merge': 'darts merge --profile toy --quick --only ta-0.5 ties-w0.7-d0.3',
@@ -54,90 +54,52 @@ EXAMPLES = {
     'report': 'darts report default',
     'run': 'darts run --profile toy --name demo --quick',
     'fetch': 'darts fetch --profile llama2-7b --dry-run',
-    'lm-eval': 'darts lm-eval run --model darts --model_args pretrained=MERGE_DIR,surgery=MODULE_DIR --tasks darts_math --limit 20',
+    'lm-eval': 'darts lm-eval run --model darts --model_args pretrained=MERGE_DIR,surgery=MODULE_DIR '
+    '--tasks darts_math --limit 20',
 }
 
-
+# %% ../nbs/22_cli.ipynb #815995e6
 class _Help(argparse.RawDescriptionHelpFormatter):
-    "Help that shows each option's default (where it has one and the text does not already say it) and keeps the example's line breaks."
+    "Help that shows each option's default (unless the text says it) and keeps the example's line breaks."
 
     def _get_help_string(self, action):
         h = action.help or ''
-        if (
-            'default' in h
-            or action.default is None
-            or action.default is False
-            or action.default == argparse.SUPPRESS
-            or not action.option_strings
-        ):
+        no_default = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if 'default' in h or no_default or not action.option_strings:
             return h
         return h + (' ' if h else '') + '(default: %(default)s)'
 
-
-def _device(v: str) -> str:
-    "A --device value: cpu, cuda, cuda:N or mps (whether it is there is checked when a model is placed)."
-    if v in ('cpu', 'cuda', 'mps') or (v.startswith('cuda:') and v[5:].isdigit()):
-        return v
-    raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {v!r}")
-
-
-def _batch_size(v: str) -> int | str:
-    "A --batch-size value: 'auto' or an integer >= 1."
-    if v == 'auto':
-        return v
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {v!r}")
-    return n
-
-
+# %% ../nbs/22_cli.ipynb #faae64d3
 def _sub(sub, name: str, help: str):
     "A sub-command's parser, with its example in the help."
-    return sub.add_parser(
-        name,
-        help=help,
-        description=help[0].upper() + help[1:] + '.',
-        formatter_class=_Help,
-        epilog=f'example:\n  {EXAMPLES[name]}',
-    )
+    description = help[0].upper() + help[1:] + '.'
+    epilog = f'example:\n  {EXAMPLES[name]}'
+    return sub.add_parser(name, help=help, description=description, formatter_class=_Help, epilog=epilog)
 
-
-def _parser() -> argparse.ArgumentParser:
-    from darts_nb import __version__
-
-    ap = argparse.ArgumentParser(
-        prog='darts',
-        description='DARTS: representation surgery for merged LLMs.',
-        formatter_class=_Help,
-        epilog='examples:\n' + '\n'.join(f'  {e}' for e in EXAMPLES.values()),
-    )
-    ap.add_argument('--version', action='version', version=f'darts_nb {__version__}')
-    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{' + ','.join(EXAMPLES) + '}')
-    prof = dict(default='toy', help=PROFILE_HELP)
-    dev = dict(type=_device, default=None, help='cpu, cuda, cuda:N or mps (default: cuda when available, else cpu)')
-    z = _sub(sub, 'zoo', 'build the built-in model zoo')
+# %% ../nbs/22_cli.ipynb #3c90b038
+def _zoo_flags(z: argparse.ArgumentParser) -> None:
+    "darts zoo's flags."
     z.add_argument('--size', default='toy', choices=CHOICES['size'], help='which zoo')
     z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
     z.add_argument('--limit', type=int, default=None, help='eval items per domain for --table (default: all)')
-    m = _sub(sub, 'merge', 'run the merge sweep (resumable); merging only, unless --score')
-    m.add_argument('--profile', **prof)
-    m.add_argument('--quick', action='store_true', help='the quick sweep only')
-    m.add_argument(
-        '--only',
-        nargs='+',
-        default=None,
-        metavar='NAME',
-        help='configuration names, e.g. ta-0.5 ties-w0.7-d0.3 (default: the whole sweep)',
+
+# %% ../nbs/22_cli.ipynb #a86477d8
+def _merge_flags(m: argparse.ArgumentParser) -> None:
+    "darts merge's flags."
+    add_option_flags(
+        m,
+        ['profile', 'name', 'quick', 'device'],
+        help={'name': 'the run that --score records into', 'quick': 'the quick sweep only'},
     )
+    only_help = 'configuration names, e.g. ta-0.5 ties-w0.7-d0.3 (default: the whole sweep)'
+    m.add_argument('--only', nargs='+', default=None, metavar='NAME', help=only_help)
     m.add_argument('--score', action='store_true', help='also score every merge on every domain, into run --name')
-    m.add_argument('--name', default='default', help='the run that --score records into')
-    m.add_argument('--device', **dev)
-    s = _sub(sub, 'surgery', 'train one surgery module on a merge and a domain, score it beside the merge without it')
-    s.add_argument('--profile', **prof)
-    s.add_argument('--name', default='default', help='the run to record into')
+
+# %% ../nbs/22_cli.ipynb #97ae4f24
+def _surgery_flags(s: argparse.ArgumentParser) -> None:
+    "darts surgery's flags."
+    add_option_flags(s, ['profile', 'name', 'device'], help={'name': 'the run to record into'})
+    s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all, or the run\'s own)')
     s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name')
     s.add_argument('--domain', default='math', choices=CHOICES['domain'], help='the domain to correct and score')
     s.add_argument('--kind', default='position', choices=CHOICES['kind'], help='position = DARTS')
@@ -146,130 +108,109 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument('--iters', type=int, default=500, help='training steps')
     s.add_argument('--lr', type=float, default=1e-3, help='learning rate')
     s.add_argument('--seed', type=int, default=0, help='calibration seed')
-    s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all)')
-    s.add_argument('--device', **dev)
-    e = _sub(sub, 'eval', 'score a checkpoint on the domains through lm-eval')
+
+# %% ../nbs/22_cli.ipynb #49ed6d9d
+def _eval_flags(e: argparse.ArgumentParser) -> None:
+    "darts eval's flags."
     e.add_argument('--model', required=True, help='a local checkpoint directory or a hub id in the local cache')
-    e.add_argument(
-        '--domains', nargs='+', default=list(CHOICES['domain']), choices=CHOICES['domain'], help='the domains to score'
-    )
+    domains = CHOICES['domain']
+    e.add_argument('--domains', nargs='+', default=list(domains), choices=domains, help='the domains to score')
     e.add_argument('--limit', type=int, default=None, help='eval items per domain (default: all)')
-    e.add_argument(
-        '--tasks', default='toy', choices=['toy', 'paper'], help='the task set: the toy domains or the paper benchmarks'
-    )
-    e.add_argument('--device', **dev)
-    e.add_argument('--batch-size', type=_batch_size, default=32, help="generation batch size, or 'auto'")
-    r = _sub(sub, 'report', 'write runs/NAME/report.md and report.html from a run')
-    r.add_argument('name', help='the run name')
-    a = _sub(sub, 'run', 'run the whole programme (resumable) and write the report')
-    a.add_argument('--profile', **prof)
-    a.add_argument('--name', default='default', help='the run name (runs/NAME)')
-    a.add_argument(
-        '--quick', action='store_true', help='the demo: the quick records and sweep, 60 eval items per domain'
-    )
-    a.add_argument(
+    tasks_help = 'the task set: the toy domains or the paper benchmarks'
+    e.add_argument('--tasks', default='toy', choices=['toy', 'paper'], help=tasks_help)
+    add_option_flags(e, ['device'])
+    e.add_argument('--batch-size', type=batch_size_arg, default=32, help="generation batch size, or 'auto'")
+
+# %% ../nbs/22_cli.ipynb #f047aa8b
+def _run_flags(r: argparse.ArgumentParser) -> None:
+    "darts run's flags: every field of `RunOptions`, and which experiments to run."
+    add_option_flags(r)
+    experiments = ', '.join(CHOICES['experiment'])
+    r.add_argument(
         '--only',
         nargs='+',
         default=None,
         choices=CHOICES['experiment'],
         metavar='EXPERIMENT',
-        help=f'run only these, in registry order: {", ".join(CHOICES["experiment"])} (default: all, or the quick ones with --quick)',
+        help=f'run only these, in registry order: {experiments} (default: all, or the quick ones with --quick)',
     )
-    a.add_argument(
-        '--eval-limit', type=int, default=None, help='eval items per domain (default: 60 with --quick, all otherwise)'
+
+# %% ../nbs/22_cli.ipynb #74f991c5
+def _parser() -> argparse.ArgumentParser:
+    "The `darts` command's parser (imports nothing heavy)."
+    from darts_nb import __version__
+
+    examples = '\n'.join(f'  {e}' for e in EXAMPLES.values())
+    ap = argparse.ArgumentParser(
+        prog='darts',
+        description='DARTS: representation surgery for merged LLMs.',
+        formatter_class=_Help,
+        epilog=f'examples:\n{examples}',
     )
-    a.add_argument('--device', **dev)
-    a.add_argument(
-        '--workers',
-        type=int,
-        default=1,
-        help='processes computing jobs at once (with --executor ray and no --address: the local Ray instance\'s CPUs)',
-    )
-    a.add_argument(
-        '--executor',
-        default='local',
-        choices=CHOICES['executor'],
-        help='where jobs run: this machine (local) or a Ray cluster (ray; pip install \'darts_nb[ray]\')',
-    )
-    a.add_argument(
-        '--address',
-        default=None,
-        metavar='auto|HOST:PORT',
-        help='ray: the cluster to join (default: start Ray on this machine, loopback only)',
-    )
-    a.add_argument(
-        '--shared-dir',
-        default=None,
-        metavar='DIR',
-        help='ray: where workers write merges, caches and modules, at the same path '
-        'on every node (default: DARTS_HOME)',
-    )
-    a.add_argument(
-        '--judge',
-        default=None,
-        metavar='CFG',
-        help='paper profile: the alpaca_eval annotators config that judges AlpacaEval '
-        '(e.g. alpaca_eval_gpt4; any OpenAI-compatible endpoint through OPENAI_API_KEY / OPENAI_BASE_URL); default: not judged',
-    )
-    a.add_argument(
-        '--batch-size',
-        type=_batch_size,
-        default=None,
-        help="generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)",
-    )
-    a.add_argument(
-        '--delete-merges', action='store_true', help='delete each sweep merge once scored (a 7B merge takes 13.5 GB)'
-    )
-    for scoring in (z, m, s, e, a):
-        scoring.add_argument(
+    ap.add_argument('--version', action='version', version=f'darts_nb {__version__}')
+    sub = ap.add_subparsers(dest='cmd', required=True, metavar='{' + ','.join(EXAMPLES) + '}')
+    scoring = {
+        'zoo': (_sub(sub, 'zoo', 'build the built-in model zoo'), _zoo_flags),
+        'merge': (_sub(sub, 'merge', 'run the merge sweep (resumable); merging only, unless --score'), _merge_flags),
+        'surgery': (
+            _sub(sub, 'surgery', 'train one surgery module on a merge and a domain, score it beside the merge'),
+            _surgery_flags,
+        ),
+        'eval': (_sub(sub, 'eval', 'score a checkpoint on the domains through lm-eval'), _eval_flags),
+        'run': (_sub(sub, 'run', 'run the whole programme (resumable) and write the report'), _run_flags),
+    }
+    for parser, add_flags in scoring.values():
+        add_flags(parser)
+        parser.add_argument(
             '--allow-unsafe-code',
             action='store_true',
-            help='score generated code even where the kernel lacks a '
-            'sandbox layer (user namespaces, Landlock); the default refuses',
+            help='score generated code even where the kernel lacks a sandbox layer (user namespaces, Landlock); '
+            'the default refuses',
         )
+    r = _sub(sub, 'report', 'write runs/NAME/report.md and report.html from a run')
+    r.add_argument('name', help='the run name')
     f = _sub(sub, 'fetch', "download a profile's hub models and the paper's datasets (needs the network)")
     f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' or a YAML file whose models are hub ids")
     f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
-    l = _sub(
-        sub,
-        'lm-eval',
-        "lm-eval's own command line, with the darts model (a checkpoint plus a surgery module) and the package's tasks",
-    )
-    l.add_argument(
-        'args',
-        nargs=argparse.REMAINDER,
-        help="lm-eval's arguments (see `darts lm-eval --help` below them: `darts lm-eval run --help`)",
-    )
+    lm_help = "lm-eval's own command line, with the darts model (a checkpoint plus a surgery module) and our tasks"
+    lm = _sub(sub, 'lm-eval', lm_help)
+    args_help = "lm-eval's arguments (see `darts lm-eval --help` below them: `darts lm-eval run --help`)"
+    lm.add_argument('args', nargs=argparse.REMAINDER, help=args_help)
     return ap
 
-
-def _positive(ap, **vals):
-    "Refuse (through argparse, exit 2) any of `vals` given and below 1."
+# %% ../nbs/22_cli.ipynb #89f03a26
+def _check_counts(ap: argparse.ArgumentParser, **vals) -> None:
+    "Refuse, through argparse (exit 2), any of `vals` given that is not an integer >= 1."
     for k, v in vals.items():
-        if v is not None and v < 1:
-            ap.error(f"--{k.replace('_', '-')} must be at least 1, got {v}")
+        if v is not None:
+            try:
+                check_int(v, '--' + k.replace('_', '-'))
+            except ValueError as e:
+                ap.error(str(e))
 
-# %% ../nbs/22_cli.ipynb #c1a1b2c2
+# %% ../nbs/22_cli.ipynb #ca78c300
 def cmd_zoo(a, ap):
     "darts zoo: build the zoo, optionally print its Table 2."
     from darts_nb.zoo import main as zoo_main
 
-    _positive(ap, limit=a.limit)
-    zoo_main(['--size', a.size] + (['--table'] if a.table else []) + (['--limit', str(a.limit)] if a.limit else []))
+    _check_counts(ap, limit=a.limit)
+    argv = ['--size', a.size] + (['--table'] if a.table else []) + (['--limit', str(a.limit)] if a.limit else [])
+    zoo_main(argv)
 
-
+# %% ../nbs/22_cli.ipynb #11090c13
 def cmd_merge(a, ap):
     "darts merge: merge the sweep (or --only names); with --score, score the merges into run --name."
+    from dataclasses import replace
     from darts_nb.runs import Run, make_run, stage_merges, score_merges, sweep_table
+    from darts_nb.inputs import models_key
     from darts_nb.zoo import get_profile
-    from darts_nb.runs import models_key
 
-    prof = get_profile(a.profile)
-    run = (
-        make_run(a.profile, a.name, a.quick, device=a.device)
-        if a.score
-        else Run('merge', prof, a.quick, device=a.device, models_key=models_key(prof))
-    )
+    opts = options_from_args(a)
+    if a.score:
+        run = make_run(opts)
+    else:
+        prof = get_profile(opts.profile)
+        run = Run('merge', prof, options=replace(opts, name='merge'), models_key=models_key(prof))
     done = stage_merges(run, a.only)
     print(done.to_string(index=False))
     failed = list(done.loc[done.status == 'failed', 'name']) if 'status' in done else []
@@ -283,75 +224,68 @@ def cmd_merge(a, ap):
         score_merges(run, a.only)
         print(sweep_table(run).round(1).to_string())
 
-# %% ../nbs/22_cli.ipynb #c1a1b2c3
+# %% ../nbs/22_cli.ipynb #113ae4d9
 def _with_se(v: float, se) -> str:
+    "A score and its standard error, when there is one."
     return f'{v:.3g}' + (f' ± {se:.2g}' if se == se and se is not None else '')
 
-
+# %% ../nbs/22_cli.ipynb #882a83f2
 def surgery_summary(
     run,  # the run
     merge: str,  # the merge
     domain: str,  # the domain
-    arm,  # the arm (a runs.Arm)
-    base,
-    after,  # the rows `run_arm` recorded without and with the module
+    arm,  # the arm (an arms.Arm)
+    base,  # the rows `run_arm` recorded without the module
+    after,  # and with it
 ) -> str:
-    "The domain's scores without and with the module (± standard error), and their paired difference with its 95% interval."
-    from darts_nb.runs import NONE
+    "The domain's scores without and with the module (± standard error) and their paired difference with its 95% CI."
+    from darts_nb.arms import NONE
     from darts_nb.results import arm_key, paired_diff
 
     b, c = base.set_index('metric'), after.set_index('metric')
-    lines = [f'{domain} on {merge}:'] + [
-        f'  {m:<12} no surgery {_with_se(b.at[m, "value"], b.at[m, "stderr"]):>14}   {arm.label} {_with_se(c.at[m, "value"], c.at[m, "stderr"]):>14}'
-        f'   (n={int(c.at[m, "n"])})'
-        for m in c.index
-        if m in b.index
-    ]
+    lines = [f'{domain} on {merge}:']
+    for m in c.index:
+        if m in b.index:
+            without = _with_se(b.at[m, 'value'], b.at[m, 'stderr'])
+            with_it = _with_se(c.at[m, 'value'], c.at[m, 'stderr'])
+            lines.append(f'  {m:<12} no surgery {without:>14}   {arm.label} {with_it:>14}   (n={int(c.at[m, "n"])})')
     try:
         d = paired_diff(run, [(arm_key(merge, arm), arm_key(merge, NONE))], domains=[domain])
     except (KeyError, ValueError) as e:
         return '\n'.join(lines + [f'  (no paired difference: {e})'])
-    return '\n'.join(
-        lines
-        + [
-            f"  difference (with - without, paired over {d['n']} items): {d['diff']:+.3g}, 95% CI [{d['lo']:+.3g}, {d['hi']:+.3g}]"
-        ]
-    )
+    diff = f"{d['diff']:+.3g}, 95% CI [{d['lo']:+.3g}, {d['hi']:+.3g}]"
+    return '\n'.join(lines + [f"  difference (with - without, paired over {d['n']} items): {diff}"])
 
-
+# %% ../nbs/22_cli.ipynb #a5f70ead
 def cmd_surgery(a, ap):
     "darts surgery: one arm on one (merge, domain), beside the merge without surgery."
+    _check_counts(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
     from darts_nb.runs import Arm, NONE, make_run, open_run, run_arm, run_dir, stage_merges
 
-    _positive(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
     old = open_run(a.name) if (run_dir(a.name) / 'run.json').exists() else None  # into an existing run: its settings
-    run = make_run(
-        a.profile,
-        a.name,
-        old.quick if old else False,
-        a.eval_limit if a.eval_limit is not None or not old else old.eval_limit,
-        device=a.device,
-    )
+    quick = old.quick if old else False
+    limit = a.eval_limit if a.eval_limit is not None or not old else old.eval_limit
+    run = make_run(a.profile, a.name, quick=quick, eval_limit=limit, device=a.device)
     stage_merges(run, [a.merge])
-    arm = Arm(a.kind, a.loss, a.rank, a.lr, a.iters, 50, a.seed)
-    base, after = run_arm(run, a.merge, a.domain, NONE), run_arm(run, a.merge, a.domain, arm)
-    print(surgery_summary(run, a.merge, a.domain, arm, base, after))
+    arm = Arm(kind=a.kind, loss=a.loss, rank=a.rank, lr=a.lr, iters=a.iters, calib_n=50, seed=a.seed)
+    base = run_arm(run, a.merge, a.domain, arm=NONE)
+    after = run_arm(run, a.merge, a.domain, arm=arm)
+    print(surgery_summary(run, a.merge, a.domain, arm=arm, base=base, after=after))
     print(f'module saved in {run_dir(a.name) / "surgery" / a.merge / a.domain / arm.dirname}')
 
-
+# %% ../nbs/22_cli.ipynb #0c3f88d9
 def cmd_eval(a, ap):
     "darts eval: score a checkpoint through lm-eval."
+    _check_counts(ap, limit=a.limit)
     from darts_nb.zoo import load_model
     from darts_nb.hub import resolve_model
     from darts_nb.evaluate import evaluate_model
 
-    _positive(ap, limit=a.limit)
     m, t = load_model(resolve_model(a.model), device=a.device)
-    print(
-        evaluate_model(m, t, a.domains, profile=a.tasks, limit=a.limit, batch_size=a.batch_size).to_string(index=False)
-    )
+    scores = evaluate_model(m, t, domains=a.domains, profile=a.tasks, limit=a.limit, batch_size=a.batch_size)
+    print(scores.to_string(index=False))
 
-# %% ../nbs/22_cli.ipynb #c1a1b2c4
+# %% ../nbs/22_cli.ipynb #1a9b83c2
 def cmd_report(a, ap):
     "darts report: the report of an existing run (reopened from its run.json; nothing is built or loaded)."
     from darts_nb.core import darts_home
@@ -367,31 +301,17 @@ def cmd_report(a, ap):
 
     print(f'report: {write_report(open_run(a.name), EXPERIMENTS)}')
 
-
+# %% ../nbs/22_cli.ipynb #1f8901dc
 def cmd_run(a, ap):
     "darts run: the whole programme, then the report."
+    options = options_from_args(a)  # checked before the library's heavy part is imported
     from darts_nb.experiments import run_all
 
-    _positive(ap, eval_limit=a.eval_limit, workers=a.workers)
-    run_all(
-        a.profile,
-        a.name,
-        a.quick,
-        a.only,
-        eval_limit=a.eval_limit,
-        device=a.device,
-        workers=a.workers,
-        judge=a.judge,
-        batch_size=a.batch_size,
-        keep_merges=not a.delete_merges,
-        executor=a.executor,
-        address=a.address,
-        shared_dir=a.shared_dir,
-    )  # prints where the report is
+    run_all(options, only=a.only)  # prints where the report is
 
-
+# %% ../nbs/22_cli.ipynb #7ef93bee
 def cmd_fetch(a, ap):
-    "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much first)."
+    "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much)."
     from darts_nb.zoo import ZOO_SIZES, profile_refs
     from darts_nb.hub import fetch, is_hub_id
 
@@ -402,14 +322,14 @@ def cmd_fetch(a, ap):
     _, refs, _ = profile_refs(a.profile)
     fetch({r: v for r, v in refs.items() if is_hub_id(v)}, dry_run=a.dry_run)
 
-
+# %% ../nbs/22_cli.ipynb #14a7066a
 def cmd_lm_eval(a, ap):
     "darts lm-eval: lm-eval's command line with the `darts` model registered and the package's tasks included."
     from darts_nb.lm_eval import main as lm_eval_main
 
     lm_eval_main(a.args)
 
-
+# %% ../nbs/22_cli.ipynb #510a617b
 COMMANDS = {
     'lm-eval': cmd_lm_eval,
     'zoo': cmd_zoo,
@@ -421,7 +341,7 @@ COMMANDS = {
     'fetch': cmd_fetch,
 }
 
-# %% ../nbs/22_cli.ipynb #c1a1b2c6
+# %% ../nbs/22_cli.ipynb #f48d1bbf
 def main(
     argv: list[str] | None = None,  # the arguments (default: sys.argv[1:])
 ) -> int:
@@ -450,6 +370,6 @@ def main(
     finally:
         sys.stderr = err_stream
 
-# %% ../nbs/22_cli.ipynb #c1a1b2c7
+# %% ../nbs/22_cli.ipynb #e9820f3c
 if __name__ == '__main__' and not in_notebook():
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""The experiment registry: every record of the paper's results and the toy world's premises, in the report's order, and the programme that runs them.
+"""The experiment registry: every record of the paper's results and the toy world's premises, and the programme.
 
 Docs: https://darts-nb.github.io/darts_nb/experiments.html.md"""
 
@@ -10,6 +10,8 @@ import json
 import sys
 import time
 from .core import write_json
+from fastcore.meta import delegates
+from .options import RunOptions
 from .runs import Run, make_run
 from .report import Experiment, Section, write_report
 from . import paper, ablations, premises
@@ -18,6 +20,7 @@ from . import paper, ablations, premises
 __all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
 
 # %% ../nbs/21_experiments.ipynb #e0b1c2d3
+# the report's order, a valid order to run them in
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (
@@ -41,7 +44,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         paper.COST,
         premises.SUMMARY,
     )
-}  # the report's order, a valid order to run them in
+}
 
 # %% ../nbs/21_experiments.ipynb #e0b1c2d6
 QUICK_EXPERIMENTS = (
@@ -58,70 +61,38 @@ QUICK_EXPERIMENTS = (
     'summary',
 )
 
-# %% ../nbs/21_experiments.ipynb #7726e495
-def run_all(
-    profile: str | dict = 'toy',  # profile name, dict or YAML path
-    name: str = 'default',  # run name
-    quick: bool = False,  # the demo: QUICK_EXPERIMENTS, the quick sweep and grids, 60 eval items per domain
-    only: list[str]
-    | None = None,  # a subset of EXPERIMENTS (run in registry order); default: all, or QUICK_EXPERIMENTS with quick
-    report: bool = True,  # write runs/<name>/report.md at the end
-    eval_limit: int | None = None,  # eval items per domain (default: 60 with quick, all otherwise)
-    device: str | None = None,  # default: CUDA if available
-    workers: int = 1,  # processes computing jobs at once (CPU: up to the number of cores)
-    judge: str | None = None,  # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
-    batch_size: int | str | None = None,  # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
-    keep_merges: bool = True,  # False: delete each sweep merge once scored
-    executor: str = 'local',  # where jobs run: 'local' or 'ray' (darts_nb.executors)
-    address: str | None = None,  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster
-    shared_dir: str
-    | None = None,  # where workers write merges, caches and modules; every node sees it (None: DARTS_HOME)
-) -> Run:
-    "Run the programme in registry order; every stage skips what the store already holds."
-    if only is not None:
-        if not only:
-            raise ValueError(f'only=[]: expected at least one of {list(EXPERIMENTS)}, or None for all of them')
-        bad = [n for n in only if n not in EXPERIMENTS]
-        if bad:
-            raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
-    run = make_run(
-        profile, name, quick, eval_limit, device, workers, judge, batch_size, keep_merges, executor, address, shared_dir
-    )
-    if only is not None:
-        _check_applies(run, only)
-    if only is None and quick:
-        only = list(QUICK_EXPERIMENTS)
-    try:
-        _run_records(run, only)
-    except Exception:
-        if report:
-            _report_anyway(run)  # what the run has, then the error: the exit status says it failed
-        raise
-    finally:
-        run.close()
-    if report:
-        print(f'report: {write_report(run, EXPERIMENTS)}')
-    return run
-
-
-def _check_applies(run: Run, only: list[str]) -> None:
-    "Refuse experiments asked for by name that do not apply to the run's tasks (they would be skipped, and the run look successful)."
-    bad = [n for n in only if run.eval_profile not in EXPERIMENTS[n].profiles]
+# %% ../nbs/21_experiments.ipynb #a39593f5
+def _check_names(only: list[str] | None) -> None:
+    "Refuse an empty or unknown list of experiments before anything is built."
+    if only is None:
+        return
+    if not only:
+        raise ValueError(f'only: expected at least one of {list(EXPERIMENTS)}, or None for all of them, got []')
+    bad = [n for n in only if n not in EXPERIMENTS]
     if bad:
-        raise ValueError(
-            f"only={bad}: {'it applies' if len(bad) == 1 else 'they apply'} to {', '.join(EXPERIMENTS[bad[0]].profiles)} tasks, "
-            f"not to the {run.eval_profile!r} tasks of profile {run.profile.name!r}; leave {'it' if len(bad) == 1 else 'them'} out"
-        )
+        raise ValueError(f"only={bad} are not experiments; expected some of {list(EXPERIMENTS)}")
 
+# %% ../nbs/21_experiments.ipynb #89afa3d4
+def _check_applies(run: Run, only: list[str]) -> None:
+    "Refuse experiments asked for by name that do not apply to the run's tasks (they would be skipped silently)."
+    bad = [n for n in only if run.eval_profile not in EXPERIMENTS[n].profiles]
+    if not bad:
+        return
+    one = len(bad) == 1
+    raise ValueError(
+        f"only={bad}: {'it applies' if one else 'they apply'} to {', '.join(EXPERIMENTS[bad[0]].profiles)} tasks, "
+        f"not to the {run.eval_profile!r} tasks of profile {run.profile.name!r}; leave {'it' if one else 'them'} out"
+    )
 
+# %% ../nbs/21_experiments.ipynb #b97be5e8
 def _report_anyway(run: Run) -> None:
-    "Write the report of what a failed run has (a second error while writing it is printed, and the first one raised)."
+    "Write the report of what a failed run has (a second error while writing it is printed, the first one raised)."
     try:
         print(f'report of what the run has: {write_report(run, EXPERIMENTS)}')
     except Exception as e:
         print(f'report not written: {type(e).__name__}: {e}', file=sys.stderr)
 
-
+# %% ../nbs/21_experiments.ipynb #9b652cc7
 def _run_records(run: Run, only: list[str] | None) -> None:
     "Run the records (all, or `only`) in registry order, timing each and printing its tables and claims."
     tpath, figs = run.dir / 'timings.json', run.dir / 'figures'
@@ -142,3 +113,31 @@ def _run_records(run: Run, only: list[str] | None) -> None:
             print(f'\n{exp.heading} {t.title}\n{t.shown().round(1).to_string()}\n')
         for c in sec.core + sec.claims:
             print(c)
+
+# %% ../nbs/21_experiments.ipynb #e0dad5d5
+@delegates(RunOptions)
+def run_all(
+    profile: str | dict | RunOptions = 'toy',  # a profile name, dict or YAML path, or the run's whole RunOptions
+    name: str | None = None,  # the run's name (None: the options', else 'default')
+    only: list[str] | None = None,  # a subset of EXPERIMENTS, run in registry order (None: all, or the quick ones)
+    report: bool = True,  # write runs/<name>/report.md at the end
+    **kwargs,  # any other setting of `RunOptions` (quick, eval_limit, device, workers, executor, ...)
+) -> Run:
+    "Run the programme in registry order; every stage skips what the store already holds."
+    _check_names(only)
+    run = make_run(profile, name, **kwargs)
+    if only is not None:
+        _check_applies(run, only)
+    if only is None and run.quick:
+        only = list(QUICK_EXPERIMENTS)
+    try:
+        _run_records(run, only)
+    except Exception:
+        if report:
+            _report_anyway(run)  # what the run has, then the error: the exit status says it failed
+        raise
+    finally:
+        run.close()
+    if report:
+        print(f'report: {write_report(run, EXPERIMENTS)}')
+    return run

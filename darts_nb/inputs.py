@@ -1,4 +1,4 @@
-"""What a run computes from: its checkpoints, its calibration and held-out items, its evaluation settings, and the keys that name them.
+"""What a run computes from: its checkpoints, items and evaluation settings, and the keys that name them.
 
 Docs: https://darts-nb.github.io/darts_nb/inputs.html.md"""
 
@@ -19,26 +19,27 @@ from .zoo import Profile
 
 # %% auto #0
 __all__ = ['calib_items', 'item_texts', 'models_key', 'data_key', 'run_inputs', 'read_run_json', 'check_same_inputs',
-           'config_by_role', 'source_key', 'check_run_args', 'pick_configs']
+           'config_by_role', 'source_key', 'pick_configs']
 
-# %% ../nbs/15a_inputs.ipynb #1a5e0c06
+# %% ../nbs/15a_inputs.ipynb #4a496633
 def calib_items(
     domain: str,  # one of DOMAINS
     n: int = 50,  # items wanted
     seed: int = 0,  # calibration seed: which items are drawn, and their order
     split: str = 'calib',  # 'calib', or 'eval' for held-out items
-    profile: str = 'toy',  # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' Table 7 split)
+    profile: str = 'toy',  # the evaluation tasks: 'toy' (the zoo's domains) or 'paper' (the benchmarks' split)
 ) -> list[dict]:
-    "The calibration (or held-out) items of a domain; beyond the 50 calibration items (Table 9's N=100): toy training items, or more of the benchmark (then kept out of that arm's evaluation)."
+    "The calibration (or held-out) items of a domain, drawn and ordered by the seed."
     if profile == 'paper':
         if split != 'calib':
-            return paper_split(domain, 'eval')[-n:]  # from the end: never among the extra calibration items of N > 50
+            # from the end: never among the extra calibration items of N > 50
+            return paper_split(domain, 'eval')[-n:]
         items = paper_split(domain, 'calib', n_calib=max(50, n))
     else:
         items = load_split(domain, split, seed=0)
         if split != 'calib':
             return items[:n]
-        if n > len(items):  # never from eval
+        if n > len(items):  # more than the calibration split holds: training items, never eval ones
             train = load_split(domain, 'train', seed=0)
             items = items + [
                 with_context(it, train, random.Random(f'extra-{it["id"]}')) for it in train[: n - len(items)]
@@ -46,36 +47,36 @@ def calib_items(
     g = torch.Generator().manual_seed(seed)
     return [items[i] for i in torch.randperm(len(items), generator=g)[:n].tolist()]
 
-
+# %% ../nbs/15a_inputs.ipynb #5ab1eda4
 def item_texts(
     profile: str,  # the evaluation tasks: 'toy' or 'paper'
     domain: str,  # one of DOMAINS
     items: list[dict],  # items of `calib_items`
-    split: str,  # 'calib' or 'eval'
-    mode: str,  # calibration text: 'prompt' or 'prompt+reference'
+    split: str = 'calib',  # 'calib' or 'eval'
+    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
 ) -> tuple[list[str], list | None]:
-    "(texts, spans) of items: calibration text of 'calib' items, full text (with the reference) of held-out ones (spans None off the toy zoo)."
+    "(texts, spans) of items: calibration text of 'calib' items, full text with the reference of held-out ones."
     if profile != 'toy':
         ref = split != 'calib' or mode == 'prompt+reference'
         return [paper_prompt(domain, it) + (paper_reference(domain, it) if ref else '') for it in items], None
     texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
     return texts, [text_spans(it, t) for it, t in zip(items, texts)]
 
-# %% ../nbs/15a_inputs.ipynb #1a5e0c09
+# %% ../nbs/15a_inputs.ipynb #65ba4486
 def models_key(
     profile: Profile,  # a resolved profile
 ) -> str:
     "A short hash of the profile's checkpoints as they are now (`core.path_fingerprint`; a hub id as given)."
     return stable_hash([path_fingerprint(p) for p in profile.paths.values()], 8)
 
-
+# %% ../nbs/15a_inputs.ipynb #514a514d
 _DATA_KEYS = {}  # eval profile -> data key, computed once per process (the toy splits take seconds to generate)
 
-
+# %% ../nbs/15a_inputs.ipynb #0c202b56
 def data_key(
     eval_profile: str,  # 'toy' (the generated domains) or 'paper' (the benchmarks)
 ) -> str:
-    "A hash of the items the domains are calibrated and evaluated on (the toy splits, or the benchmarks' items; 'missing' for one not fetched)."
+    "A hash of the items the domains are calibrated and evaluated on (the toy splits, or the benchmarks' items)."
     if eval_profile not in _DATA_KEYS:
         if eval_profile == 'paper':
             parts = []
@@ -88,24 +89,24 @@ def data_key(
             if any('missing' in x for x in parts):
                 return key  # not kept: fetched later, the data are then known
         else:
-            key = stable_hash(
-                [load_split(d, s) for d in DOMAINS for s in ('calib', 'eval')]
-            )  # train comes from the same pool
+            # train comes from the same pool as calib and eval
+            key = stable_hash([load_split(d, s) for d in DOMAINS for s in ('calib', 'eval')])
         _DATA_KEYS[eval_profile] = key
     return _DATA_KEYS[eval_profile]
 
-
+# %% ../nbs/15a_inputs.ipynb #c8f0afbc
 def run_inputs(
     profile: Profile,  # a resolved profile
     models: str,  # `models_key(profile)`
-    eval_limit: int | None,  # eval items per domain
+    eval_limit: int | None = None,  # eval items per domain (None: all)
     judge: str | None = None,  # paper tasks: the AlpacaEval judge's annotators config (None: not judged)
 ) -> dict:
-    "What every row of a run is computed from besides its own key: the checkpoints, the evaluation tasks and limit, the data (and the judge)."
+    "What every row of a run is computed from besides its own key: checkpoints, tasks, eval limit, data, judge."
     d = dict(models=models, tasks=profile.eval_profile, eval_limit=eval_limit, data=data_key(profile.eval_profile))
-    return {**d, 'judge': judge} if profile.eval_profile == 'paper' else d  # another judge, other AlpacaEval win rates
+    # another judge, other AlpacaEval win rates
+    return {**d, 'judge': judge} if profile.eval_profile == 'paper' else d
 
-# %% ../nbs/15a_inputs.ipynb #1a5e0c0a
+# %% ../nbs/15a_inputs.ipynb #e0ef75fd
 def read_run_json(
     path: Path,  # a run's run.json
 ) -> dict:
@@ -114,7 +115,8 @@ def read_run_json(
         m = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(
-            f"{path} is not valid JSON ({e}): the run's record is damaged; restore it, or start the run afresh under another name"
+            f"{path} is not valid JSON ({e}): the run's record is damaged; restore it, "
+            "or start the run afresh under another name"
         ) from None
     if not isinstance(m, dict) or not isinstance(m.get('profile'), dict):
         raise ValueError(
@@ -122,13 +124,13 @@ def read_run_json(
         )
     return m
 
-
+# %% ../nbs/15a_inputs.ipynb #344d5539
 def check_same_inputs(
     name: str,  # the run's name
     old: dict,  # its run.json
     new: dict,  # `run_inputs` now
-    meta: Path,  # the run.json's path (named in the error)
-    has_results: bool,  # whether the run has recorded results
+    meta: Path | None = None,  # the run.json's path (named in the error)
+    has_results: bool = True,  # whether the run has recorded results
 ) -> None:
     "A run that has recorded results keeps the inputs they came from: refuse other ones, saying which differ."
     was = old.get('inputs')
@@ -152,23 +154,23 @@ def check_same_inputs(
         f"run it with the same settings, or use another --name (or delete {meta.parent})"
     )
 
-# %% ../nbs/15a_inputs.ipynb #1a5e0c0b
+# %% ../nbs/15a_inputs.ipynb #f2d21ac1
 def config_by_role(
     cfg: dict,  # a mergekit configuration (merge.sweep_configs)
     paths: dict,  # role -> checkpoint path of the run's profile (`Profile.paths`)
 ) -> dict:
-    "A merge configuration with its checkpoints named by role (they are in the models key) and what follows from them left out."
-    roles = {str(p): r for r, p in paths.items()} | {str(Path(p).expanduser().absolute()): r for r, p in paths.items()}
+    "A merge configuration with its checkpoints named by role (they are in the models key)."
+    roles = {str(p): r for r, p in paths.items()}
+    roles |= {str(Path(p).expanduser().absolute()): r for r, p in paths.items()}
     c = json.loads(json.dumps(cfg, default=str))
-    c.pop('tokenizer_source', None)
+    c.pop('tokenizer_source', None)  # follows from the checkpoints
     if 'base_model' in c:
         c['base_model'] = roles.get(c['base_model'], c['base_model'])
-    c['models'] = sorted(
-        ({**m, 'model': roles.get(m['model'], m['model'])} for m in c.get('models') or []), key=lambda m: m['model']
-    )
+    models = [{**m, 'model': roles.get(m['model'], m['model'])} for m in c.get('models') or []]
+    c['models'] = sorted(models, key=lambda m: m['model'])
     return c
 
-
+# %% ../nbs/15a_inputs.ipynb #cb352fe5
 def source_key(
     content_key: str,  # the run's content key (a hash of `run_inputs`); '' for a run made by hand
     merge_key: str = '',  # a hash of the merge's `config_by_role`, for a merged model's rows
@@ -176,18 +178,7 @@ def source_key(
     "The `source` column of a row: what it was computed from ('' for a run made by hand)."
     return stable_hash([content_key, merge_key]) if content_key else ''
 
-# %% ../nbs/15a_inputs.ipynb #1a5e0c0d
-def check_run_args(
-    name,  # a run name: a plain directory name
-    eval_limit,  # None or an integer >= 1
-) -> None:
-    "Refuse a run name or eval limit that is not one, before anything is built."
-    if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'):
-        raise ValueError(f"name={name!r}: expected a plain directory name")
-    if eval_limit is not None and (isinstance(eval_limit, bool) or not isinstance(eval_limit, int) or eval_limit < 1):
-        raise ValueError(f"eval_limit={eval_limit!r}: expected None or an integer >= 1")
-
-
+# %% ../nbs/15a_inputs.ipynb #2755cf34
 def pick_configs(
     cfgs: dict,  # name -> merge configuration
     names: list[str] | None,  # the names wanted (None: all)

@@ -1,4 +1,4 @@
-"""A named, resumable run of the programme: its directory and results store, its models, and the arm, the unit of surgery work.
+"""A named, resumable run of the programme: its directory, store, models, stages and arms.
 
 Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
@@ -8,19 +8,20 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 from __future__ import annotations
 import re
 import shutil
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
+from fastcore.meta import delegates
 from .core import darts_home, set_seed, write_json, stable_hash, default_device
 from .domains import DOMAINS, METRICS
+from .options import RunOptions, run_options, check_run_name
 from darts_nb.inputs import (
     models_key,
     run_inputs,
     read_run_json,
     check_same_inputs,
-    check_run_args,
     pick_configs,
     calib_items,
     item_texts,
@@ -54,53 +55,52 @@ from .evaluate import evaluate_model
 # %% auto #0
 __all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run',
            'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
-           'sweep_grid', 'merge_state', 'need_merge', 'stage_merges', 'merge_job', 'score_merges', 'stage_sweep',
-           'sweep_table', 'best_merges', 'calib_texts', 'domain_cache', 'cache_job', 'run_arm', 'arm_job',
-           'sweep_scores', 'arms_over']
+           'sweep_grid', 'merge_state', 'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep',
+           'sweep_table', 'best_merges', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores',
+           'run_arm', 'arms_over']
 
-# %% ../nbs/15_runs.ipynb #9731f432
+# %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
     name: str,  # the run's name
 ) -> Path:
     "The directory of run `name`: `DARTS_HOME/runs/<name>`."
     return darts_home() / 'runs' / name
 
+# %% ../nbs/15_runs.ipynb #c304b990
+def _option(
+    name: str,  # a field of `RunOptions`
+) -> property:
+    "A read-only `Run` attribute that is the run's `options.<name>`."
+    return property(lambda run: getattr(run.options, name), doc=f"The run's `options.{name}`.")
 
+# %% ../nbs/15_runs.ipynb #48ff3fec
 @dataclass
 class Run:
-    "A named run of the programme on one profile."
+    "A named run of the programme on one profile: its options, its checkpoints' key, and the models it has loaded."
 
     name: str  # the directory name under DARTS_HOME/runs
     profile: Profile  # the base and the experts
-    quick: bool = False  # the quick sweep and ablation grids
-    eval_limit: int | None = None  # eval items per domain (None: the whole eval split)
-    device: str | None = None  # where models run (None: CUDA if available)
+    options: RunOptions = field(default_factory=RunOptions)  # how the run was made (its eval limit resolved)
     models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
-    workers: int = 1  # processes that compute jobs (arms, evaluations) at once; the driver alone writes the store
-    judge: str | None = (
-        None  # paper profile: the alpaca_eval annotators config that judges AlpacaEval (None: not judged)
-    )
-    batch_size: int | str | None = (
-        None  # generation batch size: None is 'auto' (lm-eval finds what fits) for the paper's tasks on a GPU, else 32
-    )
-    keep_merges: bool = (
-        True  # False: the sweep deletes each merge once scored (the best are merged again when an arm needs them)
-    )
-    content_key: str = (
-        ''  # a hash of what every row is computed from (models, tasks, eval limit, data); '' for a run made by hand
-    )
-    executor: str = (
-        'local'  # where jobs run: 'local' (this process, or `workers` processes) or 'ray' (darts_nb.executors)
-    )
-    address: str | None = (
-        None  # ray: None (a loopback instance on this machine), 'auto' or 'HOST:PORT' of a cluster's head
-    )
-    shared_dir: str | None = (
-        None  # where workers write merges, caches, modules (every node sees it at this path); None: DARTS_HOME
-    )
+    content_key: str = ''  # a hash of what every row is computed from (models, tasks, data); '' for a run by hand
     _models: dict = field(default_factory=dict, repr=False)
     _executor: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
+
+    quick = _option('quick')  # the quick sweep and ablation grids
+    eval_limit = _option('eval_limit')  # eval items per domain (None: the whole eval split)
+    device = _option('device')  # where models run (None: CUDA if available)
+    workers = _option('workers')  # processes that compute jobs at once; the driver alone writes the store
+    judge = _option('judge')  # paper profile: the alpaca_eval annotators config (None: AlpacaEval not judged)
+    batch_size = _option('batch_size')  # generation batch size (None: see `eval_batch_size`)
+    keep_merges = _option('keep_merges')  # False: the sweep deletes each merge once scored
+    executor = _option('executor')  # where jobs run: 'local' or 'ray' (darts_nb.executors)
+    address = _option('address')  # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
+    shared_dir = _option('shared_dir')  # where workers write merges, caches and modules; None: DARTS_HOME
+
+    def __post_init__(self):
+        if self.options.name != self.name:
+            self.options = replace(self.options, name=self.name)
 
     @property
     def dir(self) -> Path:
@@ -113,7 +113,7 @@ class Run:
 
     @property
     def shared(self) -> Path:
-        "Where the run's workers write its modules and AlpacaEval outputs: `home/runs/<name>` (the run's directory when nothing is shared)."
+        "Where workers write the run's modules and AlpacaEval outputs: `home/runs/<name>`."
         return self.home / 'runs' / self.name
 
     @property
@@ -122,21 +122,22 @@ class Run:
 
     @property
     def merge_dtype(self) -> str:
-        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB, not 27); mergekit computes in float32 either way."
+        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB)."
         return 'float32' if self.profile.zoo_size else 'bfloat16'
 
     @property
     def eval_batch_size(self) -> int | str:
-        "The generation batch size: the run's, else lm-eval's 'auto' for the paper's tasks on a GPU (on a CPU it can only find the RAM's limit), else 32."
-        return self.batch_size or (
-            'auto' if self.eval_profile == 'paper' and default_device(self.device).type == 'cuda' else 32
-        )
+        "The generation batch size: the run's, else 'auto' for the paper's tasks on a GPU (lm-eval finds it), else 32."
+        if self.batch_size:
+            return self.batch_size
+        on_gpu = default_device(self.device).type == 'cuda'
+        return 'auto' if self.eval_profile == 'paper' and on_gpu else 32
 
     def model(
         self,
         path: str,  # a checkpoint directory
     ):
-        "Load (once) a model and tokenizer by path; the two most recently used stay in memory (a stage needs at most a merge and an expert)."
+        "Load (once) a model and tokenizer by path; the two most recently used stay in memory."
         path = str(path)
         if path in self._models:
             self._models[path] = self._models.pop(path)  # most recent last
@@ -155,19 +156,16 @@ class Run:
             torch.cuda.empty_cache()
 
     def spec(self) -> dict:
-        "What a worker needs to rebuild this run (plain data; a worker computes its jobs itself: no executor)."
+        "What a worker needs to rebuild this run: plain data, and no executor (a worker computes its jobs itself)."
+        settings = asdict(self.options)
+        for k in ('profile', 'workers', 'executor', 'address'):
+            settings.pop(k)
         return dict(
-            name=self.name,
+            settings,
             profile=asdict(self.profile),
-            quick=self.quick,
-            eval_limit=self.eval_limit,
-            device=self.device,
-            models_key=self.models_key,
-            judge=self.judge,
-            batch_size=self.batch_size,
-            keep_merges=self.keep_merges,
-            content_key=self.content_key,
             shared_dir=str(self.home),
+            models_key=self.models_key,
+            content_key=self.content_key,
         )
 
     @classmethod
@@ -175,13 +173,19 @@ class Run:
         cls,
         spec: dict,  # from `spec()`
     ) -> Run:
-        return cls(**{**spec, 'profile': Profile(**spec['profile'])})
+        keys = ('models_key', 'content_key')
+        profile = Profile(**spec['profile'])
+        settings = {k: v for k, v in spec.items() if k not in ('profile', *keys)}
+        options = RunOptions(profile=profile.name, **settings)
+        return cls(spec['name'], profile, options=options, **{k: spec[k] for k in keys})
 
     @property
     def jobs_executor(self):
         "The run's executor (made on first use)."
         if self._executor is None:
-            self._executor = make_executor(self.executor, self.workers, self.address, self.shared_dir)
+            self._executor = make_executor(
+                self.executor, workers=self.workers, address=self.address, shared_dir=self.shared_dir
+            )
         return self._executor
 
     def close(self):
@@ -190,61 +194,34 @@ class Run:
             self._executor.close()
             self._executor = None
 
-# %% ../nbs/15_runs.ipynb #9731f433
+# %% ../nbs/15_runs.ipynb #8de2ae0d
+@delegates(RunOptions)
 def make_run(
-    profile: str | dict = 'toy',  # a profile name, dict or YAML path (see `zoo.get_profile`)
-    name: str = 'default',  # the run directory's name
-    quick: bool = False,  # trimmed sweep and eval sets (the demo)
-    eval_limit: int | None = None,  # eval items per domain; default 60 with quick, all otherwise
-    device: str | None = None,  # where models run (None: CUDA if available)
-    workers: int = 1,  # processes computing jobs at once (CPU: at most the number of cores)
-    judge: str | None = None,  # paper profile: alpaca_eval annotators config judging AlpacaEval (None: not judged)
-    batch_size: int | str | None = None,  # generation batch size (None: 'auto' for the paper's tasks on a GPU, else 32)
-    keep_merges: bool = True,  # False: delete each sweep merge once scored (7B merges take 13.5 GB each)
-    executor: str = 'local',  # 'local' or 'ray' (darts_nb.executors)
-    address: str | None = None,  # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
-    shared_dir: str | Path | None = None,  # where workers write merges, caches and modules (None: DARTS_HOME)
+    profile: str | dict | RunOptions = 'toy',  # a profile name, dict or YAML path (`zoo.get_profile`), or RunOptions
+    name: str | None = None,  # the run directory's name (None: the options', else 'default')
+    **kwargs,  # any other setting of `RunOptions`
 ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
-    check_run_args(name, eval_limit)
-    make_executor(executor, workers, address, shared_dir)  # bad choices refused before anything is built
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers={workers!r}: expected an integer >= 1")
-    if (
-        batch_size is not None
-        and batch_size != 'auto'
-        and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1)
-    ):
-        raise ValueError(f"batch_size={batch_size!r}: expected None, 'auto' or an integer >= 1")
-    meta = run_dir(name) / 'run.json'
+    opts = run_options(profile, name, **kwargs)
+    # bad executor settings (an address without Ray, Ray not installed) are refused before anything is built
+    make_executor(opts.executor, workers=opts.workers, address=opts.address, shared_dir=opts.shared_dir)
+    meta = run_dir(opts.name) / 'run.json'
     old = read_run_json(meta) if meta.exists() else None
-    prof = get_profile(profile)
+    prof = get_profile(opts.profile)
     key = models_key(prof)
     if old is not None and (old['profile'].get('name') != prof.name or old.get('models_key') != key):
         raise ValueError(
-            f"run {name!r} was made with other models (profile {old['profile'].get('name')!r}, models {old.get('models_key')!r}; "
-            f"now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); use another name, or delete {meta.parent}"
+            f"run {opts.name!r} was made with other models (profile {old['profile'].get('name')!r}, "
+            f"models {old.get('models_key')!r}; now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); "
+            f"use another name, or delete {meta.parent}"
         )
-    limit = eval_limit if eval_limit is not None else (60 if quick else None)
-    inputs = run_inputs(prof, key, limit, judge)
+    limit = opts.eval_limit if opts.eval_limit is not None else (60 if opts.quick else None)
+    shared = opts.shared_dir and str(Path(opts.shared_dir).expanduser().absolute())
+    opts = replace(opts, eval_limit=limit, shared_dir=shared)
+    inputs = run_inputs(prof, key, eval_limit=limit, judge=opts.judge)
     if old is not None:
-        check_same_inputs(name, old, inputs, meta, results_path(meta.parent).exists())
-    run = Run(
-        name,
-        prof,
-        quick,
-        limit,
-        device,
-        key,
-        workers,
-        judge,
-        batch_size,
-        keep_merges,
-        stable_hash(inputs),
-        executor,
-        address,
-        shared_dir and str(Path(shared_dir).expanduser().absolute()),
-    )
+        check_same_inputs(opts.name, old, inputs, meta=meta, has_results=results_path(meta.parent).exists())
+    run = Run(opts.name, prof, options=opts, models_key=key, content_key=stable_hash(inputs))
     write_json(
         meta,
         dict(
@@ -252,7 +229,7 @@ def make_run(
             quick=run.quick,
             eval_limit=run.eval_limit,
             models_key=key,
-            judge=judge,
+            judge=run.judge,
             inputs=inputs,
             content_key=run.content_key,
             shared_dir=run.shared_dir,
@@ -260,13 +237,13 @@ def make_run(
     )
     return run
 
-
+# %% ../nbs/15_runs.ipynb #d53850e3
 def open_run(
     name: str,  # an existing run's name
     device: str | None = None,  # where models would run
 ) -> Run:
     "Reopen run `name` from its `run.json`, without building or loading anything."
-    check_run_args(name, None)
+    check_run_name(name)
     meta = run_dir(name) / 'run.json'
     if not meta.exists():
         raise FileNotFoundError(
@@ -277,48 +254,46 @@ def open_run(
         prof = Profile(**m['profile'])
     except TypeError as e:
         raise ValueError(f"{meta}: its profile is not one this version reads ({e}); use another run name") from None
-    return Run(
-        name,
-        prof,
-        m.get('quick', False),
-        m.get('eval_limit'),
-        device,
-        m.get('models_key', ''),
+    options = RunOptions(
+        profile=prof.name,
+        name=name,
+        quick=m.get('quick', False),
+        eval_limit=m.get('eval_limit'),
+        device=device,
         judge=m.get('judge'),
-        content_key=m.get('content_key', ''),
         shared_dir=m.get('shared_dir'),
     )
+    return Run(name, prof, options=options, models_key=m.get('models_key', ''), content_key=m.get('content_key', ''))
 
-# %% ../nbs/15_runs.ipynb #49196aa2
+# %% ../nbs/15_runs.ipynb #7ab615d2
 def _grid(run: Run) -> dict:
     "The full merge grid of the run's checkpoints (computed once per run)."
     if 'grid' not in run._memo:
         run._memo['grid'] = sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype)
     return run._memo['grid']
 
-
+# %% ../nbs/15_runs.ipynb #1c011139
 def merge_hash(
     run: Run,  # the run
     merge: str,  # a configuration name of the grid
 ) -> str:
-    "A hash of the configuration `merge` names for this run's checkpoints ('?name' for a name the grid lacks: it matches nothing)."
+    "A hash of the configuration `merge` names for this run's checkpoints ('?name' when the grid lacks it)."
     hashes, grid = run._memo.setdefault('merge_hash', {}), _grid(run)
     if merge not in hashes:
         hashes[merge] = stable_hash(config_by_role(grid[merge], run.profile.paths)) if merge in grid else f'?{merge}'
     return hashes[merge]
 
-
+# %% ../nbs/15_runs.ipynb #fb11d5ae
 def row_source(
     run: Run,  # the run
     role: str,  # the row's role: 'base', 'expert', 'merged' or 'surgered'
     merge: str,  # its merge_config (a model's role for 'base' and 'expert')
 ) -> str:
-    "The `source` column of a row: a hash of the run's inputs and, for a merged model, its configuration ('' for a run made by hand)."
-    return source_key(
-        run.content_key, merge_hash(run, merge) if run.content_key and role in ('merged', 'surgered') else ''
-    )
+    "The `source` column of a row: a hash of the run's inputs and, for a merged model, of its configuration."
+    merged = run.content_key and role in ('merged', 'surgered')
+    return source_key(run.content_key, merge_hash(run, merge) if merged else '')
 
-
+# %% ../nbs/15_runs.ipynb #c73384be
 def _current(run: Run, df: pd.DataFrame) -> pd.DataFrame:
     "The rows of `df` computed from this run's inputs (a row from other inputs is never taken for one of these)."
     if df.empty:
@@ -326,7 +301,7 @@ def _current(run: Run, df: pd.DataFrame) -> pd.DataFrame:
     want = {(r, m): row_source(run, r, m) for r, m in set(zip(df.role, df.merge_config))}
     return df[[s == want[(r, m)] for r, m, s in zip(df.role, df.merge_config, df.source)]]
 
-
+# %% ../nbs/15_runs.ipynb #cd5cac33
 def recorded(
     run: Run,  # the run
     **key,  # column values the rows must have
@@ -340,7 +315,7 @@ def recorded(
         df = df[df[k] == v]
     return _current(run, df)
 
-
+# %% ../nbs/15_runs.ipynb #c533715a
 def recorded_items(
     run: Run,  # the run
     **key,  # column values the items must have
@@ -348,21 +323,21 @@ def recorded_items(
     "Per-item scores of the run's store matching `key` and computed from the run's inputs (empty when none)."
     return _current(run, load_items(run.dir, **key))
 
-
+# %% ../nbs/15_runs.ipynb #09b6841a
 def evaluate_in_run(
     run: Run,  # the run
-    model,
-    tok,  # the model (a surgery module attached, if any) and its tokenizer
+    model,  # the model (a surgery module attached, if any)
+    tok,  # its tokenizer
     domains,  # the domains to score
     key: dict,  # the store columns that say what is scored (they name its AlpacaEval outputs)
     n_calib: int = 50,  # paper profile: calibration items kept out of the scored part
 ) -> 'pd.DataFrame':
-    "`evaluate.evaluate_model` with the run's options: its tasks, eval limit, batch size, judge, and AlpacaEval outputs under runs/<name>/alpaca_eval."
+    "`evaluate.evaluate_model` with the run's tasks, eval limit, batch size and judge; AlpacaEval outputs in the run."
     name = '_'.join(str(v) for v in key.values() if v not in (None, ''))
     return evaluate_model(
         model,
         tok,
-        list(domains),
+        domains=list(domains),
         profile=run.eval_profile,
         limit=run.eval_limit,
         batch_size=run.eval_batch_size,
@@ -372,7 +347,7 @@ def evaluate_in_run(
         n_calib=n_calib,
     )
 
-
+# %% ../nbs/15_runs.ipynb #b2e0f08c
 def score_job(
     run: Run,  # the run
     path: str,  # a checkpoint
@@ -381,10 +356,10 @@ def score_job(
 ) -> dict:
     "Evaluate a checkpoint on `domains` through lm-eval: the rows and items to record under `key`."
     model, tok = run.model(path)
-    df = evaluate_in_run(run, model, tok, domains, key)
+    df = evaluate_in_run(run, model, tok, domains=domains, key=key)
     return dict(key=key, rows=df.to_dict('records'), items=df.attrs['items'].to_dict('records'))
 
-
+# %% ../nbs/15_runs.ipynb #c1949af6
 def record_job(
     run: Run,  # the run
     result: dict,  # a job's key, rows and items
@@ -400,18 +375,19 @@ def record_job(
         **key,
     )
 
-# %% ../nbs/15_runs.ipynb #f0b1c2c1
+# %% ../nbs/15_runs.ipynb #83471e3f
 def run_jobs(
     run: Run,  # the run
     jobs: list[Job],  # the stage's jobs (darts_nb.executors.Job)
     desc: str,  # the progress bar's label
     record: bool = True,  # record each result in the run's store (False: return them, as for merges)
 ) -> list:
-    "Compute the jobs with the run's executor; the driver records each result as it arrives and the failures in failed_jobs.json."
+    "Compute the jobs with the run's executor; the driver records each result as it arrives, and the failures."
     on_result = (lambda res: record_job(run, res)) if record else None
-    return execute(run.jobs_executor, run, jobs, desc, on_result, failures=run.dir / 'failed_jobs.json')
+    failures = run.dir / 'failed_jobs.json'
+    return execute(run.jobs_executor, run, jobs, desc=desc, on_result=on_result, failures=failures)
 
-# %% ../nbs/15_runs.ipynb #49196aa3
+# %% ../nbs/15_runs.ipynb #3c7adac7
 def task_rows(
     run: Run,  # the run
     **key,  # column values the rows must have
@@ -420,23 +396,16 @@ def task_rows(
     df = recorded(run, **key)
     return df[df.metric.isin(list(METRICS.values()))] if len(df) else df
 
-# %% ../nbs/15_runs.ipynb #7c2ae9e1
+# %% ../nbs/15_runs.ipynb #0f804399
 def stage_experts(
     run: Run,  # the run
 ) -> None:
     "Score the base and each expert on every domain (skipped when recorded)."
     keys = {role: dict(role='base' if role == 'base' else 'expert', merge_config=role) for role in run.profile.paths}
-    run_jobs(
-        run,
-        [
-            Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}')
-            for r, p in run.profile.paths.items()
-            if not len(recorded(run, **keys[r]))
-        ],
-        'experts',
-    )
+    todo = [(r, p) for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))]
+    run_jobs(run, [Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}') for r, p in todo], 'experts')
 
-
+# %% ../nbs/15_runs.ipynb #36ef9160
 def experts_table(
     run: Run,  # the run
 ) -> pd.DataFrame:
@@ -446,18 +415,17 @@ def experts_table(
     if df.empty:
         return pd.DataFrame()
     t = df.pivot_table(index='merge_config', columns='domain', values='value')
-    return t.reindex(index=[r for r in run.profile.paths if r in t.index], columns=list(DOMAINS)).rename_axis(
-        index='model', columns=None
-    )
+    t = t.reindex(index=[r for r in run.profile.paths if r in t.index], columns=list(DOMAINS))
+    return t.rename_axis(index='model', columns=None)
 
-# %% ../nbs/15_runs.ipynb #519f5bf1
+# %% ../nbs/15_runs.ipynb #624f19b4
 def merges_dir(
     run: Run,  # the run
 ) -> Path:
     "Where a profile's merges live: shared by the runs of the same checkpoints, never by runs of other ones."
     return run.home / 'merges' / (f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
 
-
+# %% ../nbs/15_runs.ipynb #165ecf18
 def sweep_grid(
     run: Run,  # the run
 ) -> dict[str, dict]:
@@ -469,45 +437,26 @@ def sweep_grid(
         else sweep_configs(base, experts, out_dtype=run.merge_dtype)
     )
 
-# %% ../nbs/15_runs.ipynb #a25f7fb4
+# %% ../nbs/15_runs.ipynb #0cb3816a
 def _configs(run: Run, names: list[str] | None) -> dict:
-    "The run's sweep (None), or the named configurations of the full grid (a record may need one the quick sweep lacks)."
+    "The run's sweep (None), or the named configurations of the full grid (a record may need one off the sweep)."
     if names is None:
         return sweep_grid(run)
-    return pick_configs(sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype), names)
+    return pick_configs(_grid(run), names)
 
-
+# %% ../nbs/15_runs.ipynb #d5894c0d
 def merge_state(
     run: Run,  # the run
     merge: str,  # a configuration name of the grid
 ) -> str:
-    "'ready' (finished, of the configuration this run's grid names so), 'missing', 'unfinished', or 'other' (finished, of another configuration)."
+    "'ready', 'missing', 'unfinished', or 'other' (finished, but not the configuration this run's grid names so)."
     path = merges_dir(run) / merge
     if not is_finished(path):
         return 'unfinished' if path.exists() else 'missing'
     cfg = _grid(run).get(merge)
     return 'ready' if cfg is not None and _same_config(path, cfg) else 'other'
 
-
-def need_merge(
-    run: Run,  # the run
-    merge: str,  # a configuration name of the grid
-) -> Path:
-    "The directory of merge `merge`, made if missing; a clear error when it holds another configuration or could not be made."
-    if merge_state(run, merge) in ('missing', 'unfinished'):
-        stage_merges(run, [merge])
-    state, path = merge_state(run, merge), merges_dir(run) / merge
-    if state == 'other':
-        raise ValueError(
-            f"merge {merge!r}: {path} holds another configuration than this run's grid names so; delete it to merge again"
-        )
-    if state != 'ready':
-        raise ValueError(
-            f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again"
-        )
-    return path
-
-
+# %% ../nbs/15_runs.ipynb #4dc52912
 def stage_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to merge (None: the run's sweep)
@@ -523,41 +472,55 @@ def stage_merges(
         print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
     return res
 
-
+# %% ../nbs/15_runs.ipynb #9b3317c3
 def merge_job(
     run: Run,  # the run
     name: str,  # a configuration of the grid
     cfg: dict,  # its mergekit configuration
 ) -> pd.DataFrame:
-    "Make one merge in the run's merges folder (its failure is recorded by the driver); returns its row of `run_merges`' table."
+    "Make one merge in the run's merges folder; returns its row of `run_merges`' table (the driver records failures)."
     return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False, check=False)
 
-# %% ../nbs/15_runs.ipynb #519f5bf2
+# %% ../nbs/15_runs.ipynb #503ad8da
+def need_merge(
+    run: Run,  # the run
+    merge: str,  # a configuration name of the grid
+) -> Path:
+    "The directory of merge `merge`, made if missing; a clear error when it holds another configuration."
+    if merge_state(run, merge) in ('missing', 'unfinished'):
+        stage_merges(run, [merge])
+    state, path = merge_state(run, merge), merges_dir(run) / merge
+    if state == 'other':
+        raise ValueError(
+            f"merge {merge!r}: {path} holds another configuration than this run's grid names so; "
+            "delete it to merge again"
+        )
+    if state != 'ready':
+        raise ValueError(
+            f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again"
+        )
+    return path
+
+# %% ../nbs/15_runs.ipynb #7f6b4e05
 def score_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to score (None: the run's sweep)
 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
-    todo = [
-        n
-        for n in _configs(run, names)
-        if merge_state(run, n) == 'ready' and not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))
+    ready = [n for n in _configs(run, names) if merge_state(run, n) == 'ready']
+    todo = [n for n in ready if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
+    jobs = [
+        Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
+        for n in todo
     ]
-    run_jobs(
-        run,
-        [
-            Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
-            for n in todo
-        ],
-        'evaluate merges',
-    )
+    run_jobs(run, jobs, 'evaluate merges')
 
-
+# %% ../nbs/15_runs.ipynb #d1f0869c
 def stage_sweep(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations (None: the whole sweep)
 ) -> None:
-    "Merge, then score, the sweep; without `run.keep_merges`, a few at a time, each deleted once scored (disk holds `workers` merges, not the sweep)."
+    "Merge, then score, the sweep; without `run.keep_merges`, `workers` at a time, each deleted once scored."
     if run.keep_merges:
         stage_merges(run, names)
         score_merges(run, names)
@@ -570,7 +533,7 @@ def stage_sweep(
         for n in part:
             shutil.rmtree(merges_dir(run) / n, ignore_errors=True)
 
-# %% ../nbs/15_runs.ipynb #519f5bf3
+# %% ../nbs/15_runs.ipynb #da32cb15
 def sweep_table(
     run: Run,  # the run
 ) -> pd.DataFrame:
@@ -582,7 +545,7 @@ def sweep_table(
     t = t.assign(mean=t.mean(axis=1), family=[FAMILY_NAMES[family(n)] for n in t.index])
     return t.sort_values('mean', ascending=False).rename_axis(index='merge', columns=None)
 
-
+# %% ../nbs/15_runs.ipynb #68c47e26
 def best_merges(
     run: Run,  # the run
 ) -> dict[str, str]:
@@ -590,12 +553,11 @@ def best_merges(
     df = task_rows(run, role='merged', surgery_kind='')
     if df.empty:
         raise ValueError(f"run {run.name!r} has no evaluated merges: run the 'sweep' experiment first")
-    best = best_per_method(
-        df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']]
-    )
+    scores = df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']]
+    best = best_per_method(scores)
     return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
 
-# %% ../nbs/15_runs.ipynb #8adbd538
+# %% ../nbs/15_runs.ipynb #aab1cfed
 def calib_texts(
     run: Run,  # the run
     domain: str,  # one of DOMAINS
@@ -605,9 +567,10 @@ def calib_texts(
     mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
 ) -> tuple[list[str], list | None]:
     "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
-    return item_texts(run.eval_profile, domain, calib_items(domain, n, seed, split, run.eval_profile), split, mode)
+    items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
+    return item_texts(run.eval_profile, domain, items, split=split, mode=mode)
 
-
+# %% ../nbs/15_runs.ipynb #56efb15c
 def domain_cache(
     run: Run,  # the run
     merge: str,  # a merge of the run's sweep
@@ -617,13 +580,12 @@ def domain_cache(
     seed: int = 0,  # calibration seed
     mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
 ):
-    "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text, in the seed's order (built once)."
+    "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
     need_merge(run, merge)
-    items = calib_items(domain, n, seed, split, run.eval_profile)
-    order = sorted(
-        range(len(items)), key=lambda i: items[i]['id']
-    )  # the same set in any order is one cache: seeds that only reorder share it
-    texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split, mode)
+    items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
+    # the same set in any order is one cache: seeds that only reorder share it; the seed's order is restored below
+    order = sorted(range(len(items)), key=lambda i: items[i]['id'])
+    texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split=split, mode=mode)
     c = get_or_build_cache(
         merges_dir(run) / merge,
         run.profile.experts[domain],
@@ -638,7 +600,7 @@ def domain_cache(
     where = {i: k for k, i in enumerate(order)}
     return c[[where[i] for i in range(len(items))]]
 
-
+# %% ../nbs/15_runs.ipynb #d3cb3068
 def cache_job(
     run: Run,  # the run
     *args,  # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
@@ -646,14 +608,14 @@ def cache_job(
     "Build one hidden-state cache in the shared folder, for the arms that read it (nothing to record)."
     domain_cache(run, *args)
 
-# %% ../nbs/15_runs.ipynb #f0a1b2c2
-def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
+# %% ../nbs/15_runs.ipynb #634f78e9
+def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head):
     "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
-    cache = domain_cache(run, merge, domain, 'calib', arm.calib_n, arm.seed, arm.calib_text)
+    cache = domain_cache(run, merge, domain, split='calib', n=arm.calib_n, seed=arm.seed, mode=arm.calib_text)
     set_seed(arm.seed)
-    module = make_surgery(arm.kind, merged.config.hidden_size, rank=arm.rank, vocab_size=merged.config.vocab_size).to(
-        cache.device
-    )
+    config = merged.config
+    module = make_surgery(arm.kind, config.hidden_size, rank=arm.rank, vocab_size=config.vocab_size)
+    module = module.to(cache.device)
     hist = train_surgery(
         module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False
     )
@@ -669,45 +631,28 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, merged, head):
     )
     return module, hist[-1]
 
-
-def run_arm(
-    run: Run,  # the run
-    merge: str,  # a merge of the run's sweep
-    domain: str,  # one of DOMAINS
-    arm: Arm,  # the surgery configuration
-) -> pd.DataFrame:
-    "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
-    key = dict(merge_config=merge, domain=domain, **arm.key())
-    if not len(recorded(run, **key)):
-        record_job(
-            run, arm_job(run, merge, domain, arm, sweep_scores(run, merge, domain) if arm.kind == 'none' else None)
-        )
-    return recorded(run, **key)
-
-
+# %% ../nbs/15_runs.ipynb #93c3a7e5
 def arm_job(
     run: Run,  # the run
     merge: str,  # a merge of the run's sweep
     domain: str,  # one of DOMAINS
     arm: Arm,  # the surgery configuration
-    scored: tuple
-    | None = None,  # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
+    # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
+    scored: tuple | None = None,
 ) -> dict:
     "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
     key = dict(merge_config=merge, domain=domain, **arm.key())
     need_merge(run, merge)
     merged, tok = run.model(merges_dir(run) / merge)
     head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
-    held = domain_cache(run, merge, domain, 'eval')
+    held = domain_cache(run, merge, domain, split='eval')
     n = int(held.mask.sum())
     if arm.kind == 'none':
         module, rows, items = None, [], []
     else:
-        module, final = _train_arm(run, merge, domain, arm, merged, head)
-        before, after = (
-            token_bias(held).nansum(1),
-            token_bias(held, module).nansum(1),
-        )  # per held-out prompt: Eq. 7's sums
+        module, final = _train_arm(run, merge, domain, arm=arm, merged=merged, head=head)
+        # per held-out prompt: Eq. 7's sums
+        before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)
         rows = [
             dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n),
             dict(metric='final_loss', value=final, n=arm.iters),
@@ -721,32 +666,44 @@ def arm_job(
     rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
     if scored is None or module is not None:
         with surgery(merged, module):
-            df = evaluate_in_run(run, merged, tok, [domain], key, n_calib=max(50, arm.calib_n))
+            df = evaluate_in_run(run, merged, tok, domains=[domain], key=key, n_calib=max(50, arm.calib_n))
         scored = (
             df.drop(columns=['domain']).to_dict('records'),
             df.attrs['items'].drop(columns=['domain']).to_dict('records'),
         )
     return dict(key=key, rows=rows + scored[0], items=items + scored[1])
 
-
+# %% ../nbs/15_runs.ipynb #af454473
 def sweep_scores(
     run: Run,  # the run
     merge: str,  # a merge the sweep scored
     domain: str,  # one of DOMAINS
 ) -> tuple[list, list] | None:
-    "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores, not computed twice; None when absent."
+    "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores; None when absent."
     key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
-    df = recorded(
-        run, **key
-    )  # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
+    # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
+    df = recorded(run, **key)
     its = recorded_items(run, **key)
     if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()):
         return None  # a score without its items: evaluate again
-    return df[['metric', 'value', 'n', 'stderr']].to_dict('records'), its[['metric', 'item', 'value']].to_dict(
-        'records'
-    )
+    rows = df[['metric', 'value', 'n', 'stderr']].to_dict('records')
+    return rows, its[['metric', 'item', 'value']].to_dict('records')
 
+# %% ../nbs/15_runs.ipynb #8a42d315
+def run_arm(
+    run: Run,  # the run
+    merge: str,  # a merge of the run's sweep
+    domain: str,  # one of DOMAINS
+    arm: Arm,  # the surgery configuration
+) -> pd.DataFrame:
+    "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
+    key = dict(merge_config=merge, domain=domain, **arm.key())
+    if not len(recorded(run, **key)):
+        scored = sweep_scores(run, merge, domain) if arm.kind == 'none' else None
+        record_job(run, arm_job(run, merge, domain, arm=arm, scored=scored))
+    return recorded(run, **key)
 
+# %% ../nbs/15_runs.ipynb #c4ca1888
 def arms_over(
     run: Run,  # the run
     merges: list[str],  # merges to run the arms on
@@ -764,20 +721,15 @@ def arms_over(
         for d in DOMAINS
         if not len(recorded(run, merge_config=m, domain=d, **a.key()))
     ]
-    caches = dict.fromkeys(
-        c
+    caches = {}
+    for m, d, a in todo:
+        caches[(m, d, 'eval', 50, 0, 'prompt')] = None
+        if a.kind != 'none':
+            caches[(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] = None
+    cache_jobs = [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches]
+    run_jobs(run, cache_jobs, f'{desc}: caches', record=False)
+    arm_jobs = [
+        Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
         for m, d, a in todo
-        for c in [(m, d, 'eval', 50, 0, 'prompt')]
-        + [(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] * (a.kind != 'none')
-    )
-    run_jobs(
-        run, [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches], f'{desc}: caches', record=False
-    )
-    run_jobs(
-        run,
-        [
-            Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
-            for m, d, a in todo
-        ],
-        desc,
-    )
+    ]
+    run_jobs(run, arm_jobs, desc)

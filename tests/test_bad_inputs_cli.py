@@ -1,4 +1,6 @@
-"Bad inputs and faults at the command line (issue 16): each a clear error that names what was wrong, or a correct result."
+"""Bad inputs and faults at the command line (issue 16).
+
+Each is a clear error that names what was wrong, or a correct result."""
 
 import io
 import os
@@ -34,7 +36,7 @@ BAD = {  # argv -> (exit status, what the message must say)
     'batch size 0': (['eval', '--model', 'x', '--batch-size', '0'], 2, "expected 'auto' or an integer >= 1, got '0'"),
     'unknown experiment': (['run', '--only', 'tables'], 2, "invalid choice: 'tables'"),
     'only without names': (['run', '--only'], 2, 'expected at least one argument'),
-    'iters 0': (['surgery', '--iters', '0'], 2, '--iters must be at least 1, got 0'),
+    'iters 0': (['surgery', '--iters', '0'], 2, '--iters: expected an integer >= 1, got 0'),
     'unknown profile': (['merge', '--profile', 'nonsense'], 2, "profile='nonsense'"),
     'missing run': (['report', 'no-such-run'], 2, "run 'no-such-run' does not exist"),
     'missing model': (['eval', '--model', '/no/such/model'], 2, '/no/such/model'),
@@ -118,7 +120,7 @@ def test_lone_surrogate_in_generated_source_is_a_failure_not_a_crash():
 
 
 def test_concurrent_exports_never_leave_a_partial_file(tmp_path):
-    "Eight threads export one split to one path while a reader reads it: every read is complete, no temporary file is left."
+    "Eight threads export one split to one path while a reader reads it: every read is whole, no temporary is left."
     from darts_nb.domains import export_jsonl, load_split
 
     path, want = tmp_path / 'math.jsonl', len(load_split('math', 'eval'))
@@ -127,7 +129,7 @@ def test_concurrent_exports_never_leave_a_partial_file(tmp_path):
 
     def read():
         while not stop.is_set():
-            n = len([json.loads(l) for l in path.read_text().splitlines()])
+            n = len([json.loads(line) for line in path.read_text().splitlines()])
             if n != want:
                 bad.append(n)
 

@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'tools'))
-import check_layout
+import check_layout  # noqa: E402 (found through the path set above)
 
 
 def darts(*args, home):
@@ -58,7 +58,7 @@ def test_the_library_has_no_import_cycle():
 
 
 def test_surgery_prints_both_scores_and_the_paired_difference():
-    "darts surgery on the ci zoo (a few steps, a few items): both scores with their standard errors, the paired difference, the module's folder."
+    "darts surgery on the ci zoo (a few steps and items): both scores with standard errors, the paired difference."
     import shutil
     from darts_nb.runs import run_dir
 
@@ -84,9 +84,9 @@ def test_surgery_prints_both_scores_and_the_paired_difference():
         assert r.returncode == 0, r.stderr[-2000:]
         lines = r.stdout.strip().splitlines()
         assert lines[0] == 'math on ta-0.5:' and any(
-            l.strip().startswith('exact_match') and '±' in l and '(n=4)' in l for l in lines
+            line.strip().startswith('exact_match') and '±' in line and '(n=4)' in line for line in lines
         ), lines
-        assert any('difference (with - without, paired over 4 items)' in l and '95% CI' in l for l in lines), lines
+        assert any('difference (with - without, paired over 4 items)' in line and '95% CI' in line for line in lines)
         assert lines[-1].startswith('module saved in ') and Path(lines[-1][len('module saved in ') :]).is_dir()
         assert '\r' not in r.stderr  # a log, not a terminal: progress as lines
     finally:

@@ -1,4 +1,6 @@
-"The offline docs build's own logic (tools/build_docs.py, tools/check_site.py); the browser check itself runs in `make docs-check`."
+"""The offline docs build's own logic (tools/build_docs.py, tools/check_site.py).
+
+The browser check itself runs in `make docs-check`."""
 
 import json
 import sys
@@ -6,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'tools'))
-import build_docs
-import check_site
+import build_docs  # noqa: E402 (found through the path set above)
+import check_site  # noqa: E402
 
 URL = 'https://darts-nb.github.io/darts_nb/'
 
@@ -24,7 +26,8 @@ def test_pages_are_named_as_nbdev_names_them():
 def test_links_to_the_published_site_become_local_and_fit_mkdocs_headings():
     md = (
         f'[`run_code`]({URL}sandbox.html#run_code), [`HiddenCache.save`]({URL}cache.html#hiddencache.save), '
-        f'[`_sandboxed`]({URL}containment.html#_sandboxed), [source](https://github.com/x#L3){{target="_blank" style="float:right"}}'
+        f'[`_sandboxed`]({URL}containment.html#_sandboxed), '
+        f'[source](https://github.com/x#L3){{target="_blank" style="float:right"}}'
     )
     assert build_docs._local_links(md, URL) == (
         '[`run_code`](sandbox.html#run_code), [`HiddenCache.save`](cache.html#hiddencachesave), '

@@ -10,7 +10,7 @@ from darts_nb.paper import seed_frame
 from darts_nb.premises import position_table, placement_table
 from darts_nb.runs import Arm, DARTS, STANDARD_L1, NONE, PAPER_SEEDS, Run, make_run
 from darts_nb.results import arm_key, paired_diff
-from darts_nb.report import side_by_side, paper_rows, write_report as render_report
+from darts_nb.report import paper_rows, write_report as render_report
 from darts_nb.store import record
 from darts_nb.zoo import Profile
 
@@ -39,10 +39,10 @@ def test_arm_bad_inputs(kw, msg):
 @pytest.mark.parametrize(
     'kw,msg',
     [
-        (dict(name='a/b'), "name='a/b'"),
-        (dict(name=''), "name=''"),
-        (dict(name='..'), "name='..'"),
-        (dict(name='x', eval_limit=0), 'eval_limit=0'),
+        (dict(name='a/b'), "name: expected a plain directory name, got 'a/b'"),
+        (dict(name=''), "name: expected a plain directory name, got ''"),
+        (dict(name='..'), r"name: expected a plain directory name, got '\.\.'"),
+        (dict(name='x', eval_limit=0), 'eval_limit: expected an integer >= 1 or None, got 0'),
     ],
 )
 def test_make_run_bad_inputs(kw, msg):
@@ -54,7 +54,7 @@ def test_run_all_unknown_experiment(tmp_path, monkeypatch):
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
     with pytest.raises(ValueError, match=r"\['tables'\]"):
         run_all('ci', 'x', only=['tables'])
-    with pytest.raises(ValueError, match=r'only=\[\]'):
+    with pytest.raises(ValueError, match=r'only: expected at least one of .*, got \[\]'):
         run_all('ci', 'x', only=[])
     assert not (tmp_path / 'zoo-ci').exists()  # nothing was built
 
@@ -70,7 +70,7 @@ def _items(rng, p: float) -> list[dict]:
 
 
 def fake_run(tmp_path, monkeypatch, darts_gain: float) -> Run:
-    "A run whose store says DARTS beats Standard + L1 by `darts_gain` points in every seed and task, with per-item scores."
+    "A run whose store says DARTS beats Standard + L1 by `darts_gain` points in every seed and task, with item scores."
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
     run = Run('fake', Profile('fake', '/m/base', {d: f'/m/{d}' for d in DOM}))
     rng = np.random.default_rng(0)
@@ -168,7 +168,7 @@ def test_no_difference_is_inconclusive(tmp_path, monkeypatch):
 def test_rows_line_up_with_the_published_tables():
     for name, ab in ABLATIONS.items():
         if ab.paper:
-            assert {l for l, _ in ab.arms} <= set(paper_rows(ab.paper, ab.key).index), name
+            assert {label for label, _ in ab.arms} <= set(paper_rows(ab.paper, ab.key).index), name
     t1 = paper_rows('table1', ('merge', 'surgery'))
     assert 'Task Arithmetic / DARTS' in t1.index and t1.loc['Task Arithmetic / DARTS', 'Avg (paper)'] == 42.3
 

@@ -93,12 +93,12 @@ KEYS = dict(
 
 
 def _for_mkdocs(c: dict, i: int) -> dict:
-    "A processed cell as nbformat wants it (nbdev adds keys of its own); quarto's `#| echo: false` becomes a tag that hides the source."
+    "A processed cell as nbformat wants it (nbdev adds keys of its own); `#| echo: false` hides the source."
     src = ''.join(c['source']) if isinstance(c['source'], list) else c['source']
     lines = src.splitlines()
-    hide_src = any(re.match(r'#\|\s*echo:\s*false', l) for l in lines)
+    hide_src = any(re.match(r'#\|\s*echo:\s*false', line) for line in lines)
     c = {k: v for k, v in c.items() if k in KEYS[c['cell_type']]}
-    c['source'] = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
+    c['source'] = '\n'.join(line for line in lines if not line.startswith('#|')).strip('\n')
     c.setdefault('id', f'cell{i}')
     c['metadata'] = {'tags': ['hide_input']} if hide_src else {}  # execnb's timings are not valid nbformat metadata
     return c
@@ -106,7 +106,10 @@ def _for_mkdocs(c: dict, i: int) -> dict:
 
 def _map_text(c: dict, f) -> None:
     "Apply `f` to a cell's source and to the text of its markdown and HTML outputs, in place."
-    join = lambda v: ''.join(v) if isinstance(v, list) else v
+
+    def join(v):
+        return ''.join(v) if isinstance(v, list) else v
+
     c['source'] = f(join(c['source']))
     for o in c.get('outputs', []):
         for k in ('text/markdown', 'text/html'):
@@ -115,24 +118,25 @@ def _map_text(c: dict, f) -> None:
 
 
 def _local_links(t: str, doc_url: str) -> str:
-    "Links to the published site made relative, and fitted to MkDocs (see `_anchor`); show_doc's pandoc link attributes dropped."
+    "Links to the published site made relative and fitted to MkDocs (`_anchor`), without show_doc's pandoc attributes."
     t = t.replace(doc_url, '')
     t = re.sub(r'\{target="_blank" style="[^"]*"\}', '', t)
-    t = re.sub(
-        r'(?m)^(#+ .*)$', lambda m: re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', m.group(1)).replace('`', ''), t
-    )  # headings: plain
-    # text, so that the table of contents' anchors (MkDocs drops code spans) are the headings' ids (nbconvert keeps their text)
+    # headings: plain text, so that the table of contents' anchors (MkDocs drops code spans) are the headings' ids
+    # (nbconvert keeps their text)
+    t = re.sub(r'(?m)^(#+ .*)$', lambda m: re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', m.group(1)).replace('`', ''), t)
     return re.sub(r'\[([^\]\n]*)\]\(([\w-]+\.html)#([\w.]+)\)', _anchor, t)
 
 
 def _anchor(m) -> str:
-    "A link nbdev made to a documented name, for MkDocs' heading ids: `Class.method` is `classmethod` there; a private name has no heading, so no link."
+    """A link nbdev made to a documented name, for MkDocs' heading ids (`Class.method` is `classmethod` there).
+
+    A private name has no heading, so it gets no link."""
     text, page, anchor = m.groups()
     return text if anchor.startswith('_') else f'[{text}]({page}#{anchor.replace(".", "")})'
 
 
 def process(name: str, src_dir: Path, out_dir: Path, doc_url: str) -> Path:
-    "nbdev's docs processing of one notebook, then made ready for MkDocs: a heading instead of front matter, relative links."
+    "nbdev's docs processing of one notebook, made ready for MkDocs: a heading instead of front matter, relative links."
     import nbdev.serve_drv
     from nbdev.serve import FilterDefaults
 

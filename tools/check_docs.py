@@ -53,7 +53,7 @@ def source_cell(nb: Path, err: str) -> str:
     import json
 
     for i, c in enumerate(json.loads(nb.read_text())['cells']):
-        body = '\n'.join(l for l in ''.join(c['source']).splitlines() if not l.startswith('#|')).strip()
+        body = '\n'.join(line for line in ''.join(c['source']).splitlines() if not line.startswith('#|')).strip()
         if c['cell_type'] == 'code' and body and f':\n{body}\n' in err:
             return f' (cell {i} of {nb.name}, id {c.get("id")})'
     return ''
@@ -96,7 +96,8 @@ def check_nbdev_yml(cfg, path: Path) -> list[str]:
     want, f = _nbdev_yml.format(**vals), path / 'nbdev.yml'
     if f.exists() and f.read_text() != want:
         return [
-            f'{f.relative_to(cfg.config_path)} differs from what nbdev-docs writes from pyproject.toml; expected:\n{want}'
+            f'{f.relative_to(cfg.config_path)} differs from what nbdev-docs writes from pyproject.toml; '
+            f'expected:\n{want}'
         ]
     return []
 
@@ -116,7 +117,7 @@ def check_eval_cells(path: Path, skip) -> list[str]:
                 continue
             if all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in c.parsed_()):
                 continue
-            first = next((l for l in c.source.splitlines() if not l.startswith('#|')), '')
+            first = next((line for line in c.source.splitlines() if not line.startswith('#|')), '')
             errs.append(
                 f'{f.relative_to(path.parent)} cell {i}: the docs build executes this cell on its own because it '
                 f'contains an import; move its imports into an import-only cell ({first[:80]!r} ...)'
@@ -190,7 +191,8 @@ def main(argv=None) -> int:
             print(f'\n- {e}', file=sys.stderr)
         return 1
     print(
-        f'docs check passed: {len(results)} notebooks processed into {cache.relative_to(cfg.config_path)}/ in {took:.0f} s'
+        f'docs check passed: {len(results)} notebooks processed into {cache.relative_to(cfg.config_path)}/ '
+        f'in {took:.0f} s'
     )
     return 0
 

@@ -213,7 +213,8 @@ def main(argv=None) -> int:
         return 1
     print(
         f'layout ok: {len(g)} modules, no import cycle; {len(nbs)} notebooks, one definition per export cell, '
-        f'{lessons} of {total} public names ({share:.0%}) in a lesson; library lines <= {MAX_LINE}'
+        f'{lessons} of {total} public names ({share:.0%}) in a lesson; library lines <= {MAX_LINE}; '
+        f'no call with more than {MAX_POSITIONAL} arguments by position'
     )
     return 0
 

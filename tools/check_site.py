@@ -59,7 +59,8 @@ def serve(site: Path) -> tuple:
 PAGE_FACTS = """() => ({
   links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   ids: [...document.querySelectorAll('[id]')].map(e => e.id),
-  images: [...document.querySelectorAll('article img')].map(i => ({src: i.src.slice(0, 80), ok: i.complete && i.naturalWidth > 0})),
+  images: [...document.querySelectorAll('article img')]
+    .map(i => ({src: i.src.slice(0, 80), ok: i.complete && i.naturalWidth > 0})),
   svgs: document.querySelectorAll('article .jp-OutputArea svg, article .output svg').length,
   tables: document.querySelectorAll('article .jp-OutputArea table, article .jp-RenderedHTMLCommon table').length,
   headings: [...document.querySelectorAll('article h1, article h2, article h3, article h4')].map(h => h.id),
@@ -98,8 +99,8 @@ def check_links(pages: dict, base: str, ids_of: dict, site: Path) -> list[str]:
     "Every same-site link points to a file of the site, and its #anchor (on a page) exists there."
     errs, host = [], urlparse(base).netloc
     for name, links in pages.items():
-        for l in set(links):
-            u = urlparse(l)
+        for link in set(links):
+            u = urlparse(link)
             if u.netloc != host:
                 continue
             path = u.path.lstrip('/') or 'index.html'
@@ -154,7 +155,8 @@ def main(argv=None) -> int:
             print(f'- {e}', file=sys.stderr)
         return 1
     print(
-        f'site ok: {len(names)} pages opened in Chromium, links, images, figures and tables checked; screenshots in {screens}'
+        f'site ok: {len(names)} pages opened in Chromium, links, images, figures and tables checked; '
+        f'screenshots in {screens}'
     )
     return 0
 
