@@ -15,7 +15,9 @@ from pathlib import Path
 CODE = """import sys
 from darts_nb.experiments import run_all
 ex, workers, limit, only = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-run_all('ci', 'bench-' + ex, quick=True, only=only or None, eval_limit=limit, report=False, workers=workers, executor=ex)"""
+run_all(
+    'ci', 'bench-' + ex, quick=True, only=only or None, eval_limit=limit, report=False, workers=workers, executor=ex
+)"""
 
 
 def wall(executor: str, zoo: Path, a) -> float:

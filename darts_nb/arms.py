@@ -1,4 +1,4 @@
-"""One surgery configuration of the programme: module kind, loss, rank, learning rate, iterations, calibration size and text, seed.
+"""One surgery configuration of the programme: module, loss, rank, learning rate, steps, calibration, seed.
 
 Docs: https://darts-nb.github.io/darts_nb/arms.html.md"""
 
@@ -7,6 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/arms.html.md"""
 # %% ../nbs/14a_arms.ipynb #3c6a0002
 from __future__ import annotations
 from dataclasses import dataclass
+from .core import check_choice, check_int, check_number
 from .domains import CALIB_TEXTS
 from .losses import LOSSES
 from .surgery import SURGERY_KINDS
@@ -29,19 +30,12 @@ class Arm:
     calib_text: str = 'prompt'  # 'prompt' (the paper's) or 'prompt+reference' (darts_nb.domains.CALIB_TEXTS)
 
     def __post_init__(self):
-        kinds = ('none', *SURGERY_KINDS)
-        if self.kind not in kinds:
-            raise ValueError(f"kind={self.kind!r}: expected one of {kinds}")
-        if self.calib_text not in CALIB_TEXTS:
-            raise ValueError(f"calib_text={self.calib_text!r}: expected one of {CALIB_TEXTS}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss={self.loss!r}: expected one of {sorted(LOSSES)}")
+        check_choice(self.kind, ('none', *SURGERY_KINDS), 'kind')
+        check_choice(self.calib_text, CALIB_TEXTS, 'calib_text')
+        check_choice(self.loss, sorted(LOSSES), 'loss')
         for k in ('rank', 'iters', 'calib_n'):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{k}={v!r}: expected an integer >= 1")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"lr={self.lr!r}: expected a number > 0")
+            check_int(getattr(self, k), k)
+        check_number(self.lr, 'lr', lo=0, lo_open=True)
 
     def key(self) -> dict:
         "The results-store columns that identify this arm."
@@ -82,11 +76,9 @@ class Arm:
         ref = '' if self.calib_text == 'prompt' else '-ref'
         return f"{self.kind}-{self.loss}-r{self.rank}-lr{self.lr}-it{self.iters}-n{self.calib_n}{ref}-s{self.seed}"
 
-
-NONE, STANDARD_L1, STANDARD_EWL1, DARTS = (
-    Arm('none'),
-    Arm('standard', 'l1'),
-    Arm('standard', 'ewl1'),
-    Arm('position', 'ewl1'),
-)
+# %% ../nbs/14a_arms.ipynb #f17b4629
+NONE = Arm('none')
+STANDARD_L1 = Arm('standard', 'l1')
+STANDARD_EWL1 = Arm('standard', 'ewl1')
+DARTS = Arm('position', 'ewl1')
 PAPER_SEEDS = (0, 7, 29, 71, 164, 190)  # 'default' (0 here) and the five seeds of tables 4 and 14

@@ -1,4 +1,4 @@
-"""Where a run's jobs are computed: in this process, in worker processes on this machine, or as tasks of a Ray cluster; the driver alone records their results.
+"""Where a run's jobs are computed: here, in worker processes or on a Ray cluster; the driver records results.
 
 Docs: https://darts-nb.github.io/darts_nb/executors.html.md"""
 
@@ -18,26 +18,23 @@ from tqdm.auto import tqdm
 from .core import LineLog, check_choice, write_json
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'LOCAL_RAY_ENV', 'FORWARDED_ENV', 'Job', 'JobError', 'JobsFailed', 'job_error', 'run_job',
+__all__ = ['LOCAL_RAY_ENV', 'FORWARDED_ENV', 'EXECUTORS', 'Job', 'JobError', 'job_error', 'JobsFailed', 'run_job',
            'LocalExecutor', 'note_failures', 'execute', 'start_local_ray', 'non_loopback_sockets', 'RayExecutor',
            'make_executor']
 
 # %% ../nbs/15b_executors.ipynb #2b5e0006
-EXECUTORS = ('local', 'ray')
-
-
 @dataclass(frozen=True)
 class Job:
-    "One piece of work: `fn(run, *args)`, a module-level function (so that it pickles by reference) returning what to record."
+    "One piece of work: `fn(run, *args)`, returning what to record."
 
     fn: object  # the job function
     args: tuple  # its arguments after the run
     label: str  # what it is, e.g. 'arm ta-0.5/code/position-ewl1-...': progress, failures
 
-
+# %% ../nbs/15b_executors.ipynb #3c942cfb
 @dataclass
 class JobError:
-    "A job that failed: its label, the error, the traceback text, and the exception itself when it was raised in this process."
+    "A job that failed: its label, the error, the traceback text, and the exception when raised in this process."
 
     label: str
     error: str
@@ -47,23 +44,24 @@ class JobError:
     def as_json(self) -> dict:
         return dict(error=self.error, traceback=self.trace[-4000:], time=time.strftime('%Y-%m-%d %H:%M:%S'))
 
-
-class JobsFailed(RuntimeError):
-    "Jobs that failed after their retries (the others were recorded)."
-
-    def __init__(self, failed: dict):  # label -> JobError
-        self.failed = failed
-        super().__init__(f"{len(failed)} job(s) failed: " + '; '.join(f'{l}: {e.error}' for l, e in failed.items()))
-
-
+# %% ../nbs/15b_executors.ipynb #5c7f9b3a
 def job_error(
     job: Job,  # the job that raised
     e: BaseException,  # what it raised
 ) -> JobError:
     "The record of a failed job."
-    return JobError(job.label, f'{type(e).__name__}: {e}', ''.join(traceback.format_exception(e)), e)
+    return JobError(job.label, f'{type(e).__name__}: {e}', trace=''.join(traceback.format_exception(e)), exc=e)
 
+# %% ../nbs/15b_executors.ipynb #3f87bfe1
+class JobsFailed(RuntimeError):
+    "Jobs that failed after their retries (the others were recorded)."
 
+    def __init__(self, failed: dict):  # label -> JobError
+        self.failed = failed
+        parts = [f'{label}: {e.error}' for label, e in failed.items()]
+        super().__init__(f"{len(failed)} job(s) failed: " + '; '.join(parts))
+
+# %% ../nbs/15b_executors.ipynb #50ea8df4
 _RUNS = {}  # in a worker process: the run of the last spec, so that its jobs reuse its loaded models
 
 
@@ -73,7 +71,7 @@ def run_job(
     fn,  # the job function
     args: tuple,  # its arguments after the run
 ):
-    "A job in a worker process (local pool or Ray task): rebuild the run once per process, then call `fn(run, *args)`."
+    "A job in a worker process: rebuild the run once per process, then call `fn(run, *args)`."
     key = json.dumps(spec, sort_keys=True, default=str)
     if key not in _RUNS:
         _RUNS.clear()
@@ -88,14 +86,15 @@ def _worker_init():
     if not sys.stderr.isatty():
         sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
 
-
+# %% ../nbs/15b_executors.ipynb #6274f9fd
 class LocalExecutor:
-    "Jobs in this process (`workers=1`) or in `workers` spawned processes of this machine; the first failure stops the stage."
+    "Jobs in this process (`workers=1`) or in `workers` spawned processes; the first failure stops the stage."
 
     name = 'local'
 
     def __init__(self, workers: int = 1):
-        self.workers, self._pool = workers, None
+        self.workers = workers
+        self._pool = None
 
     def results(self, run, jobs: list[Job]):
         "Yield (index, result or JobError) as jobs finish."
@@ -114,7 +113,8 @@ class LocalExecutor:
                 self.workers, mp_context=mp.get_context('spawn'), initializer=_worker_init
             )
         futs = {
-            self._pool.submit(run_job, type(run).from_spec, run.spec(), j.fn, j.args): i for i, j in enumerate(jobs)
+            self._pool.submit(run_job, make=type(run).from_spec, spec=run.spec(), fn=j.fn, args=j.args): i
+            for i, j in enumerate(jobs)
         }
         for f in cf.as_completed(futs):
             try:
@@ -142,12 +142,13 @@ def note_failures(
     if not isinstance(known, dict):
         known = {}
     done = {j.label for j in jobs} - set(failed)
-    known = {l: v for l, v in known.items() if l not in done} | {l: e.as_json() for l, e in failed.items()}
+    known = {label: v for label, v in known.items() if label not in done}
+    known |= {label: e.as_json() for label, e in failed.items()}
     if known or path.exists():
         write_json(path, known)
     return known
 
-
+# %% ../nbs/15b_executors.ipynb #f7c77d4c
 def execute(
     executor,  # a LocalExecutor or RayExecutor
     run,  # the run (its `spec()` and `from_spec` rebuild it in workers)
@@ -156,7 +157,7 @@ def execute(
     on_result=None,  # called with each result as it arrives, in the driver
     failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
 ) -> list:
-    "Run the jobs; returns their results in order. Failures are recorded, then raised (the job's own exception locally, else JobsFailed)."
+    "Run the jobs and return their results in order; failures are recorded, then raised."
     results, failed = [None] * len(jobs), {}
     if not jobs:
         return results
@@ -183,26 +184,15 @@ def execute(
     return results
 
 # %% ../nbs/15b_executors.ipynb #2b5e000e
-LOCAL_RAY_ENV = {'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER': '0', 'RAY_USAGE_STATS_ENABLED': '0'}
-FORWARDED_ENV = (
-    'HF_HUB_OFFLINE',
-    'HF_DATASETS_OFFLINE',
-    'HF_HOME',
-    'HF_MODULES_CACHE',
-    'TOKENIZERS_PARALLELISM',
-    'TRANSFORMERS_NO_ADVISORY_WARNINGS',
-    'DARTS_ALLOW_UNSAFE_CODE',
-    'DARTS_SANDBOX_SKIP',
-    'DARTS_LEASE_TTL',
-)  # what workers of a cluster inherit from the driver (no secrets)
-
-
 def _import_ray():
     try:
         import ray
     except ImportError:
         raise ImportError("executor='ray' needs Ray: pip install 'darts_nb[ray]'") from None
     return ray
+
+# %% ../nbs/15b_executors.ipynb #7dd398b0
+LOCAL_RAY_ENV = {'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER': '0', 'RAY_USAGE_STATS_ENABLED': '0'}
 
 
 def start_local_ray(
@@ -214,9 +204,8 @@ def start_local_ray(
     ray = _import_ray()
     from ray._private import ray_constants
 
-    ray_constants.ENABLE_RAY_CLUSTER = (
-        False  # the driver read the variable when it imported ray, maybe before this call
-    )
+    # the driver read the variable when it imported ray, maybe before this call
+    ray_constants.ENABLE_RAY_CLUSTER = False
     for attempt in range(3):  # Ray gives its raylet 30 s to register: on a loaded small machine, try again
         try:
             return ray.init(
@@ -232,12 +221,12 @@ def start_local_ray(
             if 'timed out during startup' not in str(e) or attempt == 2:
                 raise
 
-
+# %% ../nbs/15b_executors.ipynb #c29d0840
 def _is_loopback(ip: str) -> bool:
     a = ipaddress.ip_address(ip.split('%')[0])
     return (getattr(a, 'ipv4_mapped', None) or a).is_loopback  # ::ffff:127.0.0.1 too
 
-
+# %% ../nbs/15b_executors.ipynb #b68bcacb
 def non_loopback_sockets(
     pids: list[int] | None = None,  # processes to inspect (None: this one and all its descendants)
 ) -> list[dict]:
@@ -267,6 +256,20 @@ def non_loopback_sockets(
     return bad
 
 # %% ../nbs/15b_executors.ipynb #2b5e0010
+# what workers of a cluster inherit from the driver (no secrets)
+FORWARDED_ENV = (
+    'HF_HUB_OFFLINE',
+    'HF_DATASETS_OFFLINE',
+    'HF_HOME',
+    'HF_MODULES_CACHE',
+    'TOKENIZERS_PARALLELISM',
+    'TRANSFORMERS_NO_ADVISORY_WARNINGS',
+    'DARTS_ALLOW_UNSAFE_CODE',
+    'DARTS_SANDBOX_SKIP',
+    'DARTS_LEASE_TTL',
+)
+
+
 class RayExecutor:
     "Jobs as Ray tasks: retried when a worker dies, failures recorded while the others go on."
 
@@ -279,13 +282,11 @@ class RayExecutor:
         max_retries: int = 3,  # re-runs of a job whose worker died
         shared_dir: str | Path | None = None,  # workers' DARTS_HOME on a cluster (None: the driver's)
     ):
-        self.address, self.num_cpus, self.max_retries, self.shared_dir, self._owned = (
-            address,
-            num_cpus,
-            max_retries,
-            shared_dir,
-            False,
-        )
+        self.address = address
+        self.num_cpus = num_cpus
+        self.max_retries = max_retries
+        self.shared_dir = shared_dir
+        self._owned = False
 
     def start(self):
         "Connect to (or start) Ray, once."
@@ -303,7 +304,7 @@ class RayExecutor:
         return ray
 
     def gpus_per_job(self, run) -> int:
-        "1 when the run's models are on a GPU (its device says cuda, or says nothing and the cluster has GPUs), else 0."
+        "1 when the run's models are on a GPU (its device says cuda, or nothing and the cluster has GPUs), else 0."
         dev = str(getattr(run, 'device', None) or '')
         if dev:
             return int(dev.startswith('cuda'))
@@ -315,12 +316,10 @@ class RayExecutor:
         gpus = self.gpus_per_job(run)
         spec = {**run.spec(), 'device': 'cuda' if gpus else 'cpu'}  # Ray shows a task its own GPU as cuda:0
         task = ray.remote(run_job)
-        refs = {
-            task.options(num_cpus=1, num_gpus=gpus, max_retries=self.max_retries, name=j.label[:100]).remote(
-                type(run).from_spec, spec, j.fn, j.args
-            ): i
-            for i, j in enumerate(jobs)
-        }
+        refs = {}
+        for i, j in enumerate(jobs):
+            opts = task.options(num_cpus=1, num_gpus=gpus, max_retries=self.max_retries, name=j.label[:100])
+            refs[opts.remote(make=type(run).from_spec, spec=spec, fn=j.fn, args=j.args)] = i
         try:
             while refs:
                 (ref,), _ = ray.wait(list(refs), num_returns=1)
@@ -328,16 +327,10 @@ class RayExecutor:
                 try:
                     yield i, ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
-                    yield i, JobError(jobs[i].label, f'{type(e.cause).__name__}: {e.cause}', str(e))
+                    yield i, JobError(jobs[i].label, f'{type(e.cause).__name__}: {e.cause}', trace=str(e))
                 except ray.exceptions.RayError as e:
-                    yield (
-                        i,
-                        JobError(
-                            jobs[i].label,
-                            f'{type(e).__name__} after {self.max_retries} retries: {str(e)[:500]}',
-                            str(e),
-                        ),
-                    )
+                    why = f'{type(e).__name__} after {self.max_retries} retries: {str(e)[:500]}'
+                    yield i, JobError(jobs[i].label, why, trace=str(e))
         finally:
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -349,6 +342,9 @@ class RayExecutor:
 
             ray.shutdown()
             self._owned = False
+
+# %% ../nbs/15b_executors.ipynb #dc217f2c
+EXECUTORS = ('local', 'ray')
 
 
 def make_executor(

@@ -1,4 +1,4 @@
-"""Rendering the experiment registry's records as a report (markdown, HTML, figures), beside the paper's published tables.
+"""Rendering the registry's records as a report (markdown, HTML, figures), beside the paper's published tables.
 
 Docs: https://darts-nb.github.io/darts_nb/report.html.md"""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 import pandas as pd
 import torch
-from .core import atomic_write
+from .core import atomic_write, check_choice
 from .stats import VERDICTS
 from .domains import DOMAINS
 from .merge import QUICK
@@ -38,7 +38,7 @@ def _fmt(v, digits: int = 1) -> str:
         return f'{float(v):.{digits}f}'
     return str(v)
 
-
+# %% ../nbs/17_report.ipynb #3b93cec9
 def md_table(
     df: pd.DataFrame,  # the table; its index is written as the first column unless it is a plain range
     digits: int = 1,  # decimals of float cells
@@ -55,18 +55,15 @@ def md_table(
 
 # %% ../nbs/17_report.ipynb #5ab9b20e
 def claim(
-    verdict: str
-    | bool
-    | None,  # a word of stats.VERDICTS (or True / False / None for AGREES / DISAGREES / NOT MEASURED)
+    verdict: str | bool | None,  # a word of stats.VERDICTS, or True / False / None (AGREES / DISAGREES / NOT MEASURED)
     text: str,  # the claim, with the run's number and interval and the paper's number
 ) -> str:
     "One line of the report's claims list."
     v = verdict if isinstance(verdict, str) else {True: 'AGREES', False: 'DISAGREES', None: 'NOT MEASURED'}[verdict]
-    if v not in VERDICTS:
-        raise ValueError(f'verdict={verdict!r}: expected one of {VERDICTS}')
+    check_choice(v, VERDICTS, 'verdict')
     return f"- **{v}** — {text}"
 
-
+# %% ../nbs/17_report.ipynb #214eb787
 def ci(
     r: dict,  # an interval: its estimate (`diff` or `est`), `lo` and `hi`
     unit: str = ' pp',  # written after the estimate
@@ -86,7 +83,7 @@ def paper_rows(
     rename: dict | None = None,  # published label -> the run's label
     summary: bool = False,  # keep the 'mean ± std' rows
 ) -> pd.DataFrame:
-    "A published table indexed by its labels, with an `Avg` column when it has the three benchmarks, columns marked '(paper)'."
+    "A published table indexed by its labels, with an `Avg` column if it has the three benchmarks, marked '(paper)'."
     from darts_nb.stats import paper_table
 
     df = paper_table(name, summary).copy()
@@ -102,7 +99,7 @@ def paper_rows(
         df.insert(list(df.columns).index(cols[-1]) + 1, 'Avg', avg.round(1))
     return df.rename(columns=lambda c: f'{c} (paper)')
 
-
+# %% ../nbs/17_report.ipynb #604317af
 def side_by_side(
     run_t: pd.DataFrame,  # the run's rows
     paper_t: pd.DataFrame | None,  # `paper_rows(...)`, labelled like the run's rows; None: the run's rows alone
@@ -136,7 +133,7 @@ class Table:
                 out.loc[r, c] = f'{v:.{self.digits}f} ± {e:.{self.digits}f}'
         return out
 
-
+# %% ../nbs/17_report.ipynb #715515d5
 @dataclass
 class Section:
     "What one experiment contributes to the report."
@@ -148,7 +145,7 @@ class Section:
     core: list = field(default_factory=list)  # the core claims (`claim(...)` lines), which the report shows first
     top: list = field(default_factory=list)  # lines the report opens with (a domain at the score floor)
 
-
+# %% ../nbs/17_report.ipynb #02a90480
 @dataclass(frozen=True)
 class Experiment:
     "One result of the paper (or a premise of the toy world): how it runs, and what it adds to the report."
@@ -159,10 +156,7 @@ class Experiment:
     run: Callable  # run(run: Run) -> None: does the work; resumable, finished work is skipped
     section: Callable  # section(run, figures_dir) -> Section, or None while nothing has run
     arms: tuple = ()  # (label, Arm) pairs it runs, for reading
-    profiles: tuple = (
-        'toy',
-        'paper',
-    )  # the evaluation tasks it applies to (a premise of the toy world needs its labelled spans)
+    profiles: tuple = ('toy', 'paper')  # the evaluation tasks it applies to (a toy premise needs its labelled spans)
 
     @property
     def heading(self) -> str:
@@ -200,7 +194,7 @@ def _versions() -> dict:
             out[p] = 'not installed'
     return out
 
-
+# %% ../nbs/17_report.ipynb #f41b2016
 def config_lines(
     run: Run,  # the run
     names: list[str],  # the experiments, in report order (for the timings)
@@ -209,12 +203,13 @@ def config_lines(
     tpath = run.dir / 'timings.json'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     dev = run.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    sweep = "the quick sweep " + ", ".join(QUICK) if run.quick else "the full sweep grid"
     lines = [
         '## Configuration',
         '',
         f'- profile `{run.profile.name}`: base `{run.profile.base}`; experts '
         + ', '.join(f'{d} `{p}`' for d, p in run.profile.experts.items()),
-        f'- quick = {run.quick}: {"the quick sweep " + ", ".join(QUICK) if run.quick else "the full sweep grid"}; '
+        f'- quick = {run.quick}: {sweep}; '
         f'eval items per domain: {run.eval_limit or "all"} (evaluation profile `{run.eval_profile}`)',
         f'- surgery defaults: {asdict(DARTS)}; batch 8, T_max 512, Adam (0.9, 0.999); calibration seeds {PAPER_SEEDS}',
         f'- device `{dev}`, {torch.get_num_threads()} CPU threads; '
@@ -237,8 +232,10 @@ def _write_html(md_path: Path) -> Path:
     body = markdown.markdown(md_path.read_text(), extensions=['tables'])
     css = (
         'body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.45}'
-        'table{border-collapse:collapse;margin:.5rem 0 1.2rem;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}'
-        'th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}'
+        'table{border-collapse:collapse;margin:.5rem 0 1.2rem;font-size:.9rem}'
+        'th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}'
+        'th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}'
+        'code{background:#f5f5f5;padding:0 .2rem}'
     )
     return atomic_write(
         md_path.with_suffix('.html'),
@@ -246,7 +243,7 @@ def _write_html(md_path: Path) -> Path:
         f'<style>{css}</style></head><body>{body}</body></html>\n',
     )
 
-
+# %% ../nbs/17_report.ipynb #be720f81
 def _columns_line(run: Run) -> str:
     "What the run's own columns are: the same benchmarks (paper profile), or the toy domains that stand for them."
     if run.eval_profile == 'paper':
@@ -256,7 +253,7 @@ def _columns_line(run: Run) -> str:
         f"scored in % by the `{run.eval_profile}` evaluation profile"
     )
 
-
+# %% ../nbs/17_report.ipynb #c9c89ad4
 def unjudged_lines(
     run: Run,  # the run
 ) -> list[str]:
@@ -266,19 +263,20 @@ def unjudged_lines(
     if len(recorded(run, domain='instruct', metric='win_rate')):
         return []
     return [
-        f"AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, in alpaca_eval's "
-        f"format, are in `{run.shared / 'alpaca_eval'}` for a judge to score against GPT-3.5-Turbo's outputs."
+        "AlpacaEval is not judged in this run (no `--judge`): its AE cells are empty, and the generations, "
+        f"in alpaca_eval's format, are in `{run.shared / 'alpaca_eval'}` for a judge to score against "
+        "GPT-3.5-Turbo's outputs."
     ]
 
-
+# %% ../nbs/17_report.ipynb #025b1508
 def _tally(claims: list[str]) -> str:
     "'k agree, k disagree, k inconclusive' of claim lines."
     n = {v: sum(f'**{v}**' in c for c in claims) for v in VERDICTS}
     return ', '.join(f'{k} {v.lower()}' for v, k in n.items() if k) or 'none measured'
 
-
+# %% ../nbs/17_report.ipynb #23821749
 def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str | None]:
-    "(the record's section, None) or (None, the one line that says why it has none: not run, not applicable, or its data are partial)."
+    "(the record's section, None) or (None, the one line that says why it has none)."
     what = f'- `{exp.name}` ({exp.title}): '
     if run.eval_profile not in exp.profiles:
         return None, what + f'does not apply to the `{run.eval_profile}` tasks.'
@@ -296,7 +294,7 @@ def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str
         return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
     return sec, None
 
-
+# %% ../nbs/17_report.ipynb #56dd6dd9
 def write_report(
     run: Run,  # the run
     experiments: dict,  # name -> `Experiment` (experiments.EXPERIMENTS)
@@ -310,7 +308,8 @@ def write_report(
         if sec is None:
             missing.append(why)
             continue
-        body += render_section(exp.heading, sec, run.dir, PAPER_COLUMNS if run.eval_profile == 'paper' else None)
+        columns = PAPER_COLUMNS if run.eval_profile == 'paper' else None
+        body += render_section(exp.heading, sec, run.dir, columns=columns)
         claims += sec.claims
         core += sec.core
         top += sec.top
@@ -320,10 +319,12 @@ def write_report(
     head = [
         f'# DARTS run `{run.name}`',
         '',
-        'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; HE = HumanEval, GSM = GSM8K, '
-        'AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". ' + _columns_line(run) + ', '
-        'each with its standard error; a dash marks a cell one side does not have. A claim AGREES or DISAGREES with the paper only '
-        'when the 95 % interval of the difference it is about excludes zero (or the value it names); otherwise it is INCONCLUSIVE.',
+        'Every table of the DARTS paper that this run has measured, with the published numbers (Llama-2-7B; '
+        'HE = HumanEval, GSM = GSM8K, AE = AlpacaEval) beside the run\'s in the columns marked "(paper)". '
+        + _columns_line(run)
+        + ', each with its standard error; a dash marks a cell one side does not have. A claim AGREES or '
+        'DISAGREES with the paper only when the 95 % interval of the difference it is about excludes zero (or '
+        'the value it names); otherwise it is INCONCLUSIVE.',
         '',
         f'## The core claims ({_tally(core)})',
         '',

@@ -1,4 +1,4 @@
-"""Reading a run's results back: arms' scores with their standard errors, measured metrics, and paired comparisons over items.
+"""Reading a run's results back: arms' scores and standard errors, metrics, paired comparisons over items.
 
 Docs: https://darts-nb.github.io/darts_nb/results.html.md"""
 
@@ -18,7 +18,7 @@ __all__ = ['arm_scores', 'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', '
 def _labelled(arms):
     return arms if isinstance(arms, dict) else {a.label: a for a in arms}
 
-
+# %% ../nbs/16_results.ipynb #787f4db0
 def _arm_column(run: Run, merge: str, arms, col: str) -> dict:
     "label -> the task metric's `col` (value or stderr) per domain, for the arms that have run."
     rows = {}
@@ -28,33 +28,33 @@ def _arm_column(run: Run, merge: str, arms, col: str) -> dict:
             rows[label] = df.groupby('domain')[col].mean().reindex(list(DOMAINS))
     return rows
 
-
+# %% ../nbs/16_results.ipynb #3e19ff83
 def arm_scores(
     run: Run,  # the run
     merge: str,  # the merged model
     arms: dict[str, Arm] | list[Arm],  # row label -> arm (or a list: labelled by `Arm.label`)
 ) -> pd.DataFrame:
-    "Task score (%) per arm (rows) and domain (columns) on one merge, with the average; arms not yet run are left out."
-    rows = _arm_column(run, merge, arms, 'value')
+    "Task score (%) per arm (rows) and domain (columns) on one merge, with the average; arms not run are left out."
+    rows = _arm_column(run, merge, arms, col='value')
     if not rows:
         return pd.DataFrame(columns=[*DOMAINS, 'avg'])
     t = pd.DataFrame(rows).T
     return t.assign(avg=t.mean(axis=1, skipna=False))
 
-
+# %% ../nbs/16_results.ipynb #214ec056
 def arm_stderr(
     run: Run,  # the run
     merge: str,  # the merged model
     arms: dict[str, Arm] | list[Arm],  # row label -> arm (or a list)
 ) -> pd.DataFrame:
     "The standard error (pp) of every cell of `arm_scores`."
-    rows = _arm_column(run, merge, arms, 'stderr')
+    rows = _arm_column(run, merge, arms, col='stderr')
     if not rows:
         return pd.DataFrame(columns=[*DOMAINS, 'avg'])
     t = pd.DataFrame(rows).T.astype(float)
     return t.assign(avg=(t**2).sum(axis=1, min_count=len(DOMAINS)) ** 0.5 / len(DOMAINS))
 
-
+# %% ../nbs/16_results.ipynb #cccb2789
 def arm_metric(
     run: Run,  # the run
     merge: str,  # the merged model
@@ -63,13 +63,13 @@ def arm_metric(
 ) -> pd.DataFrame:
     "One per-arm metric per domain on one merge."
     rows = {
-        l: recorded(run, merge_config=merge, metric=metric, **a.key())
+        label: recorded(run, merge_config=merge, metric=metric, **a.key())
         .groupby('domain')
         .value.mean()
         .reindex(list(DOMAINS))
-        for l, a in _labelled(arms).items()
+        for label, a in _labelled(arms).items()
     }
-    rows = {l: r for l, r in rows.items() if r.notna().any()}
+    rows = {label: r for label, r in rows.items() if r.notna().any()}
     return pd.DataFrame(rows).T.rename_axis(columns=None) if rows else pd.DataFrame(columns=list(DOMAINS))
 
 # %% ../nbs/16_results.ipynb #e71f5da6
@@ -80,7 +80,7 @@ def arm_key(
     "The store key of an arm's rows on a merge."
     return dict(merge_config=merge, **arm.key())
 
-
+# %% ../nbs/16_results.ipynb #93a450ef
 def items_frame(
     run: Run,  # the run
     keys: dict,  # column label -> store key (dict of key columns)
@@ -88,19 +88,19 @@ def items_frame(
 ) -> pd.DataFrame:
     "Per-item task scores (%) of every key on one domain: rows the items all of them scored, a column per label."
     cols = {
-        l: recorded_items(run, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean()
-        for l, k in keys.items()
+        label: recorded_items(run, domain=domain, metric=METRICS[domain], **k).groupby('item').value.mean()
+        for label, k in keys.items()
     }
     return pd.DataFrame(cols).dropna()
 
-
+# %% ../nbs/16_results.ipynb #b9a6c361
 def _bootstrap(strata: dict, stat, **kw) -> dict:
     strata = {s: f for s, f in strata.items() if len(f)}
-    return (
-        bootstrap_stat(strata, stat, **kw) if strata else dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
-    )
+    if not strata:
+        return dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
+    return bootstrap_stat(strata, stat, **kw)
 
-
+# %% ../nbs/16_results.ipynb #c118d7f5
 def arms_stat(
     run: Run,  # the run
     merge: str,  # the merge
@@ -111,10 +111,10 @@ def arms_stat(
 ) -> dict:
     "A statistic of the arms' average scores over the domains, with its bootstrap interval over items: est, lo, hi, n."
     return _bootstrap(
-        {d: items_frame(run, {l: arm_key(merge, a) for l, a in arms.items()}, d) for d in domains}, stat, **kw
+        {d: items_frame(run, {label: arm_key(merge, a) for label, a in arms.items()}, d) for d in domains}, stat, **kw
     )
 
-
+# %% ../nbs/16_results.ipynb #8cfaec03
 def paired_diff(
     run: Run,  # the run
     pairs: list[tuple[dict, dict]],  # (key of a, key of b) pairs, e.g. (arm_key(m, DARTS), arm_key(m, NONE))

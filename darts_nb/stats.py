@@ -1,4 +1,4 @@
-"""Significance tests over seeds: the paper's section 6.2 procedure, appendix I's per-task paired tests and mixed model, and the published tables as data.
+"""Significance tests over seeds (section 6.2, appendix I), bootstrap intervals, verdicts, the published tables.
 
 Docs: https://darts-nb.github.io/darts_nb/stats.html.md"""
 
@@ -14,9 +14,10 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from .core import check_choice
 
 # %% auto #0
-__all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'scores_frame', 'check_long', 'long_frame', 'seed_means',
+__all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'check_long', 'scores_frame', 'long_frame', 'seed_means',
            'compare_methods', 'paired_tests', 'mixed_effects', 'simulate_scores', 'bootstrap_stat',
            'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'verdict', 'all_verdict', 'test_verdict',
            'spearman_test']
@@ -26,15 +27,14 @@ def paper_tables() -> dict:
     "All published tables: name -> list of row dicts."
     return json.loads(resources.files('darts_nb').joinpath('data/paper_tables.json').read_text())
 
-
+# %% ../nbs/14_stats.ipynb #b6a18084
 def paper_table(
     name: str,  # e.g. 'table4', 'table14', 'table15', 'table4_tests'
     summary: bool = False,  # keep the 'mean ± std' summary rows
 ) -> pd.DataFrame:
     "One published table as a DataFrame."
     tabs = paper_tables()
-    if name not in tabs:
-        raise ValueError(f'paper_table: name={name!r} is not a published table; expected one of {sorted(tabs)}')
+    check_choice(name, sorted(tabs), 'name')
     df = pd.DataFrame(tabs[name])
     if not summary and 'seed' in df:
         df = df[~df['seed'].astype(str).str.startswith('mean')].reset_index(drop=True)
@@ -44,6 +44,25 @@ def paper_table(
 LONG_COLUMNS = ('method', 'seed', 'task', 'score')
 
 
+def check_long(
+    df: pd.DataFrame,  # a long frame
+    who: str = 'check_long',  # the caller, for error messages
+) -> pd.DataFrame:
+    "`df` if it has the long columns, finite scores and no duplicated (method, seed, task)."
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f'{who}: df must be a DataFrame, got {type(df).__name__}')
+    miss = [c for c in LONG_COLUMNS if c not in df]
+    if miss:
+        raise ValueError(f'{who}: df lacks column(s) {miss}; expected {list(LONG_COLUMNS)}')
+    if not np.isfinite(df['score'].to_numpy(dtype=float)).all():
+        raise ValueError(f'{who}: df has non-finite scores')
+    dup = df.duplicated(['method', 'seed', 'task'])
+    if dup.any():
+        first = df[dup].iloc[0][['method', 'seed', 'task']].tolist()
+        raise ValueError(f"{who}: duplicated (method, seed, task) rows, e.g. {first}")
+    return df
+
+# %% ../nbs/14_stats.ipynb #bbbbd243
 def scores_frame(
     results: pd.DataFrame,  # results-store rows: role/surgery_kind/loss/seed/domain/metric/value
     method: Callable | Sequence[str] | str = ('role', 'surgery_kind', 'loss'),  # row -> label, or columns to join
@@ -85,26 +104,6 @@ def scores_frame(
     )
     return check_long(out, 'scores_frame')
 
-
-def check_long(
-    df: pd.DataFrame,  # a long frame
-    who: str = 'check_long',  # the caller, for error messages
-) -> pd.DataFrame:
-    "`df` if it has the long columns, finite scores and no duplicated (method, seed, task)."
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f'{who}: df must be a DataFrame, got {type(df).__name__}')
-    miss = [c for c in LONG_COLUMNS if c not in df]
-    if miss:
-        raise ValueError(f'{who}: df lacks column(s) {miss}; expected {list(LONG_COLUMNS)}')
-    if not np.isfinite(df['score'].to_numpy(dtype=float)).all():
-        raise ValueError(f'{who}: df has non-finite scores')
-    dup = df.duplicated(['method', 'seed', 'task'])
-    if dup.any():
-        raise ValueError(
-            f"{who}: duplicated (method, seed, task) rows, e.g. {df[dup].iloc[0][['method', 'seed', 'task']].tolist()}"
-        )
-    return df
-
 # %% ../nbs/14_stats.ipynb #2bd959e3
 def long_frame(
     wide: pd.DataFrame,  # one row per seed, one column per task
@@ -118,7 +117,7 @@ def long_frame(
     df['score'] = df['score'].astype(float)
     return check_long(df, 'long_frame')
 
-
+# %% ../nbs/14_stats.ipynb #45b4f666
 def seed_means(
     df: pd.DataFrame,  # long frame
 ) -> pd.DataFrame:
@@ -142,7 +141,7 @@ def _shapiro(x: np.ndarray) -> tuple[float, float]:
     r = sps.shapiro(x)
     return float(r.statistic), float(r.pvalue)
 
-
+# %% ../nbs/14_stats.ipynb #7cf5d60d
 def compare_methods(
     df: pd.DataFrame,  # long frame: method, seed, task, score
     a: str,  # the method expected to score higher (e.g. 'DARTS')
@@ -153,9 +152,9 @@ def compare_methods(
 ) -> pd.DataFrame:
     "Section 6.2: Shapiro-Wilk on each group's per-seed averages, then Mann-Whitney U or a t-test (one row)."
     m = seed_means(df)
-    for name, v in (('a', a), ('b', b)):
-        if v not in set(m['method']):
-            raise ValueError(f'compare_methods: {name}={v!r} is not a method in df; has {sorted(set(m["method"]))}')
+    methods = sorted(set(m['method']))
+    check_choice(a, methods, 'a')
+    check_choice(b, methods, 'b')
     x, y = (m.loc[m.method == v, 'score'].to_numpy(dtype=float) for v in (a, b))
     if min(len(x), len(y)) < 2:
         raise ValueError(
@@ -218,9 +217,9 @@ def paired_tests(
 ) -> pd.DataFrame:
     "Table 15: per task, paired t-test and Wilcoxon signed-rank over seeds present for both methods."
     check_long(df, 'paired_tests')
-    for name, v in (('a', a), ('b', b)):
-        if v not in set(df['method']):
-            raise ValueError(f'paired_tests: {name}={v!r} is not a method in df; has {sorted(set(df["method"]))}')
+    methods = sorted(set(df['method']))
+    check_choice(a, methods, 'a')
+    check_choice(b, methods, 'b')
     wide = df[df.method.isin([a, b])].pivot_table(index=['task', 'seed'], columns='method', values='score').dropna()
     rows = []
     for task, g in wide.groupby(level='task', sort=False):
@@ -261,15 +260,14 @@ def mixed_effects(
         raise ValueError(f'mixed_effects: need at least 2 methods, got {methods}')
     if len(seeds) < min_seeds:
         raise ValueError(
-            f'mixed_effects: need at least {min_seeds} seeds to fit a random intercept per seed, got {len(seeds)}: {seeds}'
+            f'mixed_effects: need at least {min_seeds} seeds to fit a random intercept per seed, '
+            f'got {len(seeds)}: {seeds}'
         )
     if len(tasks) < min_tasks:
         raise ValueError(
             f'mixed_effects: need at least {min_tasks} tasks for score ~ method + task, got {len(tasks)}: {tasks}'
         )
-    b = methods[0] if b is None else b
-    if b not in methods:
-        raise ValueError(f'mixed_effects: b={b!r} is not a method in df; has {methods}')
+    b = methods[0] if b is None else check_choice(b, methods, 'b')
     d = pd.DataFrame(
         {
             'score': df.score.astype(float),
@@ -324,9 +322,6 @@ def simulate_scores(
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_stats.ipynb #5a7e0c02
-VERDICTS = ('AGREES', 'DISAGREES', 'INCONCLUSIVE', 'NOT MEASURED')
-
-
 def bootstrap_stat(
     strata: dict,  # stratum -> DataFrame of per-item scores (rows: items, columns: arms)
     stat: Callable,  # stat(means: pd.Series indexed by arm) -> float
@@ -357,7 +352,7 @@ def bootstrap_stat(
         n=n,
     )
 
-
+# %% ../nbs/14_stats.ipynb #6784d1f2
 def stratified_paired_ci(
     pairs: dict,  # stratum -> (a, b): two pd.Series of per-item scores indexed by item id
     **kw,  # n_boot, level, seed
@@ -368,7 +363,7 @@ def stratified_paired_ci(
     )
     return dict(diff=r['est'], lo=r['lo'], hi=r['hi'], n=r['n'])
 
-
+# %% ../nbs/14_stats.ipynb #dec9052d
 def paired_ci(
     a: pd.Series,  # per-item scores of one side, indexed by item id
     b: pd.Series,  # per-item scores of the other side
@@ -397,6 +392,9 @@ def reduction_ci(
         n=len(before),
     )
 
+# %% ../nbs/14_stats.ipynb #4d06f781
+VERDICTS = ('AGREES', 'DISAGREES', 'INCONCLUSIVE', 'NOT MEASURED')
+
 
 def verdict(
     lo: float,  # lower end of the interval
@@ -412,7 +410,7 @@ def verdict(
         return 'INCONCLUSIVE'
     return 'AGREES' if above == (expect == '>') else 'DISAGREES'
 
-
+# %% ../nbs/14_stats.ipynb #493857ea
 def all_verdict(
     verdicts: list[str],  # one verdict per part of a claim ("... in every family")
 ) -> str:
@@ -421,7 +419,7 @@ def all_verdict(
         return 'NOT MEASURED'
     return 'DISAGREES' if 'DISAGREES' in verdicts else 'AGREES' if set(verdicts) == {'AGREES'} else 'INCONCLUSIVE'
 
-
+# %% ../nbs/14_stats.ipynb #b0c52285
 def test_verdict(
     stat: float,  # the test's statistic, signed as the claim (e.g. a coefficient)
     p: float,  # its two-sided p-value
@@ -432,13 +430,13 @@ def test_verdict(
         return 'NOT MEASURED'
     return 'INCONCLUSIVE' if p >= alpha else 'AGREES' if stat > 0 else 'DISAGREES'
 
-
+# %% ../nbs/14_stats.ipynb #3db7ac7a
 def spearman_test(
     x: Sequence[float],  # one value per row
     y: Sequence[float],  # the paired values
     exact_up_to: int = 8,  # rows up to which the p-value is exact (all n! orderings)
 ) -> tuple[float, float]:
-    "Spearman rho and its two-sided p-value: exact by permutation for few rows (scipy's t approximation says p = 0 for 3 points in order)."
+    "Spearman rho and its two-sided p-value, exact by permutation for few rows."
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y):
         raise ValueError(f"x has {len(x)} values and y {len(y)}: expected one pair per row")

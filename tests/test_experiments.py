@@ -22,13 +22,13 @@ def write_report(run):
 @pytest.mark.parametrize(
     'kw,msg',
     [
-        (dict(kind='lora'), "kind='lora'"),
-        (dict(loss='mse'), "loss='mse'"),
-        (dict(rank=0), 'rank=0'),
-        (dict(iters=1.5), 'iters=1.5'),
-        (dict(calib_n=True), 'calib_n=True'),
-        (dict(lr=-1e-3), 'lr=-0.001'),
-        (dict(calib_text='answers'), "calib_text='answers'"),
+        (dict(kind='lora'), "kind: expected one of \\[[^]]*\\], got 'lora'"),
+        (dict(loss='mse'), "loss: expected one of \\[[^]]*\\], got 'mse'"),
+        (dict(rank=0), 'rank: expected an integer >= 1, got 0'),
+        (dict(iters=1.5), 'iters: expected an integer >= 1, got 1.5'),
+        (dict(calib_n=True), 'calib_n: expected an integer >= 1, got True'),
+        (dict(lr=-1e-3), 'lr: expected a finite number > 0, got -0.001'),
+        (dict(calib_text='answers'), "calib_text: expected one of \\[[^]]*\\], got 'answers'"),
     ],
 )
 def test_arm_bad_inputs(kw, msg):

@@ -1,4 +1,5 @@
-"The programme on a local Ray instance: loopback only, the same tables as the local executor, a job whose worker is killed retried."
+"""The programme on a local Ray instance: loopback only, the same tables as the local executor, a job whose worker
+is killed retried."""
 
 import os
 import signal
@@ -47,9 +48,8 @@ class _Plain:
         return cls()
 
 
-ray.cloudpickle.register_pickle_by_value(
-    sys.modules[__name__]
-)  # workers cannot import this test file: send its functions by value
+# workers cannot import this test file: send its functions by value
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope='module')
@@ -62,15 +62,13 @@ def local_ray():
 
 
 def test_local_ray_stays_on_loopback(local_ray):
-    pids = execute(
-        local_ray, _Plain(), [Job(_pid, (i,), f'pid {i}') for i in range(4)], 'pids'
-    )  # workers up and talking
+    # workers up and talking
+    pids = execute(local_ray, _Plain(), [Job(_pid, (i,), f'pid {i}') for i in range(4)], desc='pids')
     ours = {p.pid for p in psutil.Process().children(recursive=True)}
     assert set(pids) <= ours and len(ours) >= 3, (pids, ours)  # GCS, raylet and workers are processes we can inspect
     assert non_loopback_sockets() == []
-    if (
-        _other_addresses()
-    ):  # the check can fail: a plain start (a fresh process, without our settings) uses the host's own address
+    # the check can fail: a plain start (a fresh process, without our settings) uses the host's own address
+    if _other_addresses():
         env = {k: v for k, v in os.environ.items() if k != 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'} | {
             'RAY_USAGE_STATS_ENABLED': '0'
         }
@@ -106,9 +104,8 @@ def test_quick_programme_on_ray_equals_local(local_ray):
         stop.set()
         killer.join()
     assert killed, 'no arm was running on a Ray worker'
-    assert (
-        ray.is_initialized() and non_loopback_sockets() == []
-    )  # the run joined the instance, which stayed on loopback
+    # the run joined the instance, which stayed on loopback
+    assert ray.is_initialized() and non_loopback_sockets() == []
     assert not (on_ray.dir / 'failed_jobs.json').exists()  # the killed job was retried, not recorded as failed
     for table in (experts_table, sweep_table, main_table):
         a, b = table(local), table(on_ray)

@@ -11,7 +11,6 @@ from darts_nb.stats import (
     mixed_effects,
     simulate_scores,
     long_frame,
-    seed_means,
 )
 
 GOOD = simulate_scores(2.0, seed_sd=1.0, seed=3)
@@ -21,20 +20,20 @@ GOOD = simulate_scores(2.0, seed_sd=1.0, seed=3)
     'call, exc, words',
     [
         (lambda: paper_table('table99'), ValueError, 'table99'),
-        (lambda: compare_methods(GOOD, 'zz', 'b'), ValueError, "a='zz'"),
-        (lambda: compare_methods(GOOD, 'a', 'zz'), ValueError, "b='zz'"),
+        (lambda: compare_methods(GOOD, 'zz', 'b'), ValueError, "a: expected one of ['a', 'b'], got 'zz'"),
+        (lambda: compare_methods(GOOD, 'a', 'zz'), ValueError, "b: expected one of ['a', 'b'], got 'zz'"),
         (lambda: compare_methods(GOOD[GOOD.seed < 1], 'a', 'b'), ValueError, 'at least 2 seeds'),
         (lambda: compare_methods(GOOD.drop(columns='score'), 'a', 'b'), ValueError, 'score'),
         (lambda: compare_methods(pd.concat([GOOD, GOOD.head(1)]), 'a', 'b'), ValueError, 'duplicated'),
         (lambda: compare_methods(GOOD.iloc[1:], 'a', 'b'), ValueError, 'lack some tasks'),
         (lambda: compare_methods(GOOD.assign(score=np.nan), 'a', 'b'), ValueError, 'non-finite'),
         (lambda: compare_methods([1, 2], 'a', 'b'), TypeError, 'DataFrame'),
-        (lambda: paired_tests(GOOD, 'a', 'q'), ValueError, "b='q'"),
+        (lambda: paired_tests(GOOD, 'a', 'q'), ValueError, "b: expected one of ['a', 'b'], got 'q'"),
         (lambda: paired_tests(GOOD[GOOD.seed < 1], 'a', 'b'), ValueError, 'need at least 2'),
         (lambda: mixed_effects(GOOD[GOOD.method == 'a']), ValueError, 'at least 2 methods'),
         (lambda: mixed_effects(GOOD[GOOD.seed < 2]), ValueError, 'at least 3 seeds'),
         (lambda: mixed_effects(GOOD[GOOD.task == 'math']), ValueError, 'at least 2 tasks'),
-        (lambda: mixed_effects(GOOD, b='zz'), ValueError, "b='zz'"),
+        (lambda: mixed_effects(GOOD, b='zz'), ValueError, "b: expected one of ['a', 'b'], got 'zz'"),
         (lambda: scores_frame('x'), TypeError, 'DataFrame'),
         (lambda: scores_frame(pd.DataFrame({'seed': [0]})), ValueError, 'domain'),
     ],
