@@ -790,7 +790,7 @@ def fake_build(monkeypatch):
     calls = []
 
     def build_cache(
-        m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=None, progress=True, spans=None
+        m, t, tok, prompts, max_len, dtype, device, batch_size, target_tokenizer=None, progress=True, spans=None
     ):
         calls.append((m, t, tuple(prompts), max_len, spans))
         c = versioned_cache(len(calls), N=len(prompts), T=max_len, Hc=4)
