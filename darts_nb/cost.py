@@ -1,4 +1,4 @@
-"""What one calibration costs (the paper's Table 8): wall clock per phase, peak memory, cache and checkpoint sizes.
+"""What one calibration costs (Table 8): wall clock per phase, peak memory, cache and checkpoint sizes.
 
 Docs: https://darts-nb.github.io/darts_nb/cost.html.md"""
 
