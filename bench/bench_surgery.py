@@ -71,11 +71,11 @@ def bare_loop(module, cache, iters, batch_size, lr, seed):
         hk = cache.target[idx].to(dev, torch.float32)
         e = cache.entropy[idx].to(dev, torch.float32)[m]
         out = module(hm, positions_from_mask(m))
-        l = ((out[m] - hk[m]).abs().mean(-1) * (e / e.mean())).mean()
+        loss = ((out[m] - hk[m]).abs().mean(-1) * (e / e.mean())).mean()
         opt.zero_grad(set_to_none=True)
-        l.backward()
+        loss.backward()
         opt.step()
-        hist.append(l.item())
+        hist.append(loss.item())
     return hist
 
 
@@ -93,7 +93,7 @@ def bench_train(cache, device, iters, repeats, batch_size=8, lr=1e-3):
     for r in range(repeats):
         for name in ('train_surgery', 'bare loop') if r % 2 == 0 else ('bare loop', 'train_surgery'):
             torch.manual_seed(0)
-            mod = make_surgery('darts', cache.hidden_size, 16, 512).to(device)
+            mod = make_surgery('darts', cache.hidden_size, rank=16, max_len=512).to(device)
             sync(device)
             t0 = time.perf_counter()
             h = (
@@ -117,7 +117,7 @@ def bench_generate(model, tok, prompts, device, new_tokens, repeats, batch=8):
         ids = torch.randint(3, model.config.vocab_size, (batch, 16), device=device)
         enc = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
     torch.manual_seed(0)
-    mod = make_surgery('darts', model.config.hidden_size, 16, 512).to(device)
+    mod = make_surgery('darts', model.config.hidden_size, rank=16, max_len=512).to(device)
     with torch.no_grad():  # a non-trivial module: random position table and up-projection
         for p in mod.parameters():
             p.normal_(0, 0.01)
@@ -173,11 +173,14 @@ def main(argv=None):
     )
     tps = bench_generate(m, tok, prompts, dev, a.new_tokens, a.repeats)
     pairs = sorted(d / p for d, p in zip(tps['darts attached'], tps['plain']))
-    med = lambda v: sorted(v)[len(v) // 2]
+
+    def med(v):
+        return sorted(v)[len(v) // 2]
+
     print(
-        f"generation plain {med(tps['plain']):8.1f} tok/s | DARTS attached {med(tps['darts attached']):8.1f} tok/s (medians of "
-        f"{a.repeats}) | ratio {med(pairs):.3f} (median of {a.repeats} adjacent pairs, range {pairs[0]:.3f}-{pairs[-1]:.3f}; "
-        f"target >= 0.95)"
+        f"generation plain {med(tps['plain']):8.1f} tok/s | DARTS attached {med(tps['darts attached']):8.1f} tok/s "
+        f"(medians of {a.repeats}) | ratio {med(pairs):.3f} (median of {a.repeats} adjacent pairs, "
+        f"range {pairs[0]:.3f}-{pairs[-1]:.3f}; target >= 0.95)"
     )
     return dict(train=its, generate=tps)
 

@@ -14,8 +14,9 @@ reports them (A100 80 GB, Llama-2-7B-Code target). With `--out DIR` it is also w
 DIR/table8.json holds the raw numbers (value + unit per kind and phase), the configs and notes.
 
 The (32000, 32016)-row pair is checked with `darts_nb.cache.check_pair` on empty (meta-device) models before any
-checkpoint is written, so a refusal costs nothing. Before the first timed phase a tiny checkpoint is loaded and run once (imports, CUDA start-up); loads
-are measured right after the checkpoints were written, so they come from the page cache.
+checkpoint is written, so a refusal costs nothing. Before the first timed phase a tiny checkpoint is loaded and run
+once (imports, CUDA start-up); loads are measured right after the checkpoints were written, so they come from the
+page cache.
 
 Needs about 2 x 13.5 GB of disk and, on CUDA, ~32 GB of GPU memory. `--tiny` shrinks both configs (hidden 64,
 2 layers, 4 heads, intermediate 172; vocabularies, rope_theta and positions as above) and the workload (16 prompts
@@ -223,7 +224,7 @@ def warm_up(tok, path: Path, device):
 
 # ---------------------------------------------------------------- generation
 def bench_generate(path, texts, device, new_tokens, repeats, max_len, batch=8):
-    "kind -> {plain, attached, ratio}: greedy tokens/s of the merged model, plain and with a random module of that kind."
+    "kind -> {plain, attached, ratio}: greedy tokens/s of the merged model, plain and with a random module attached."
     from darts_nb.zoo import load_model
     from darts_nb.cost import COST_KINDS
     from darts_nb.surgery import make_surgery, surgery
@@ -246,7 +247,7 @@ def bench_generate(path, texts, device, new_tokens, repeats, max_len, batch=8):
     res = {}
     for kind in COST_KINDS:
         torch.manual_seed(0)
-        mod = make_surgery(kind, model.config.hidden_size, RANK, max_len).to(device)
+        mod = make_surgery(kind, model.config.hidden_size, rank=RANK, max_len=max_len).to(device)
         with torch.no_grad():  # a non-trivial module: random up-projection (and position table)
             for p in mod.parameters():
                 p.normal_(0, 0.01)
@@ -255,7 +256,10 @@ def bench_generate(path, texts, device, new_tokens, repeats, max_len, batch=8):
             for name in ('plain', 'attached') if r % 2 == 0 else ('attached', 'plain'):
                 with surgery(model, mod if name == 'attached' else None):
                     tps[name].append(run())
-        med = lambda v: sorted(v)[len(v) // 2]
+
+        def med(v):
+            return sorted(v)[len(v) // 2]
+
         res[kind] = dict(
             plain=med(tps['plain']),
             attached=med(tps['attached']),
@@ -263,8 +267,8 @@ def bench_generate(path, texts, device, new_tokens, repeats, max_len, batch=8):
             raw=tps,
         )
         print(
-            f"  generate {COST_KINDS[kind]:8s} plain {res[kind]['plain']:9.1f} tok/s | attached {res[kind]['attached']:9.1f} tok/s "
-            f"| ratio {res[kind]['ratio']:.3f}",
+            f"  generate {COST_KINDS[kind]:8s} plain {res[kind]['plain']:9.1f} tok/s | "
+            f"attached {res[kind]['attached']:9.1f} tok/s | ratio {res[kind]['ratio']:.3f}",
             flush=True,
         )
     return res  # the model goes with this frame; main frees the device memory
@@ -345,8 +349,8 @@ def main(argv=None):
         else f'CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)'
     )
     print(
-        f"device: {name}; torch {torch.__version__}; {'tiny' if a.tiny else 'Llama-2-7B'} configs; {a.prompts} prompts x "
-        f"{a.max_len} tokens, batch {BATCH}, {a.iters} iterations, rank {RANK}, loss {LOSS}",
+        f"device: {name}; torch {torch.__version__}; {'tiny' if a.tiny else 'Llama-2-7B'} configs; "
+        f"{a.prompts} prompts x {a.max_len} tokens, batch {BATCH}, {a.iters} iterations, rank {RANK}, loss {LOSS}",
         flush=True,
     )
     if dev.type == 'cpu' and not a.tiny:
@@ -365,10 +369,12 @@ def main(argv=None):
     work = Path(a.workdir).expanduser().absolute() if a.workdir else tmp
     work.mkdir(parents=True, exist_ok=True)
     paths = {'merged': work / 'merged', 'target': work / 'target'}
-    n_par = lambda c: (
-        c.vocab_size * c.hidden_size * 2
-        + c.num_hidden_layers * (4 * c.hidden_size**2 + 3 * c.hidden_size * c.intermediate_size)
-    )
+
+    def n_par(c):
+        return c.vocab_size * c.hidden_size * 2 + c.num_hidden_layers * (
+            4 * c.hidden_size**2 + 3 * c.hidden_size * c.intermediate_size
+        )
+
     need = 2 * (n_par(cfg_m) + n_par(cfg_t))  # bf16 bytes of both checkpoints
     free_disk = shutil.disk_usage(work).free
     todo = {k: c for k, c in (('merged', cfg_m), ('target', cfg_t)) if not matches(paths[k], c)}
@@ -382,7 +388,8 @@ def main(argv=None):
                 print(f"make: reusing {paths[k]}", flush=True)
                 continue
             print(
-                f"make: writing the random {k} model ({n_par(c) / 1e6:,.1f} M parameters, vocab {c.vocab_size}) to {paths[k]} ...",
+                f"make: writing the random {k} model ({n_par(c) / 1e6:,.1f} M parameters, "
+                f"vocab {c.vocab_size}) to {paths[k]} ...",
                 flush=True,
             )
             t1 = time.perf_counter()
@@ -427,7 +434,8 @@ def main(argv=None):
             .reset_index()
         )
         print(
-            f"generation: {a.gen_repeats} (plain, attached) pairs per kind, {a.new_tokens} new tokens, batch {BATCH} ...",
+            f"generation: {a.gen_repeats} (plain, attached) pairs per kind, {a.new_tokens} new tokens, "
+            f"batch {BATCH} ...",
             flush=True,
         )
         gen = bench_generate(paths['merged'], texts, dev, a.new_tokens, a.gen_repeats, a.max_len, batch=BATCH)
@@ -454,7 +462,10 @@ def main(argv=None):
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / 'table8.csv')
-        cfg = lambda c: {k: v for k, v in c.to_dict().items() if k in (*LLAMA2_7B, 'rope_parameters', 'dtype')}
+
+        def cfg(c):
+            return {k: v for k, v in c.to_dict().items() if k in (*LLAMA2_7B, 'rope_parameters', 'dtype')}
+
         res = dict(
             device=name,
             device_type=dev.type,

@@ -1,4 +1,4 @@
-"""Per-token representation bias (Eq. 2), the figure 1 heatmaps, and the test that bias grows with position (section 3.3).
+"""Per-token representation bias (Eq. 2), figure 1's heatmaps, and the test that bias grows with position.
 
 Docs: https://darts-nb.github.io/darts_nb/bias.html.md"""
 
@@ -20,6 +20,7 @@ __all__ = ['token_bias', 'synthetic_cache', 'align_positions', 'bias_by_position
 
 # %% ../nbs/13_bias.ipynb #d63e7357
 def _check_cache(cache, who: str):
+    "A clear error unless `cache` has merged/target (N x T x H) and mask (N x T)."
     for a in ('merged', 'target', 'mask'):
         if not hasattr(cache, a):
             raise TypeError(f'{who}: cache must have merged/target/mask attributes; {type(cache).__name__} lacks {a!r}')
@@ -31,7 +32,7 @@ def _check_cache(cache, who: str):
     if tuple(k.shape) != tuple(m.shape[:2]):
         raise ValueError(f'{who}: cache.mask has shape {tuple(k.shape)}; expected N x T = {tuple(m.shape[:2])}')
 
-
+# %% ../nbs/13_bias.ipynb #64b7bfd7
 def token_bias(
     cache,  # a HiddenCache, or any object with merged/target (N x T x H) and mask (N x T)
     module: torch.nn.Module | None = None,  # surgery module applied to h^M as module(h, positions, ids)
@@ -59,7 +60,7 @@ def token_bias(
                         pos.to(p0.device),
                         None if ids is None else ids.to(p0.device),
                     )
-                hm = apply_surgery(module, hm, pos, ids).to(ht.device)
+                hm = apply_surgery(module, hm, pos, ids=ids).to(ht.device)
             d = (hm.float() - ht.float()).abs().sum(-1) / H
             out[i : i + chunk_size] = torch.where(mk, d, torch.nan).cpu()
     return out
@@ -112,11 +113,12 @@ def align_positions(
 
 # %% ../nbs/13_bias.ipynb #9e1d7977
 def _as_dict(biases, who: str) -> dict:
+    "Domain -> the biases aligned by position (`align_positions`), from a non-empty dict."
     if not isinstance(biases, dict) or not biases:
         raise TypeError(f'{who}: biases must be a non-empty dict domain -> N x T bias, got {type(biases).__name__}')
     return {k: align_positions(v) for k, v in biases.items()}
 
-
+# %% ../nbs/13_bias.ipynb #b846b3b2
 def bias_by_position(
     biases: dict,  # domain -> N x T bias (NaN at pads), e.g. from token_bias
     min_samples: int = 3,  # drop positions with fewer samples
@@ -192,8 +194,11 @@ def bias_heatmap(
     )
     P = max(a.shape[1] for _, d in rows for a in d.values())  # one position axis for every panel
     rows = [
-        (l, {k: np.pad(a[:max_samples], ((0, 0), (0, P - a.shape[1])), constant_values=np.nan) for k, a in d.items()})
-        for l, d in rows
+        (
+            label,
+            {k: np.pad(a[:max_samples], ((0, 0), (0, P - a.shape[1])), constant_values=np.nan) for k, a in d.items()},
+        )
+        for label, d in rows
     ]
     vals = np.concatenate([a.ravel() for _, d in rows for a in d.values()])
     vmin, vmax = float(np.nanmin(vals)), float(np.nanpercentile(vals, 99))

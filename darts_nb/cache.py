@@ -26,6 +26,7 @@ from darts_nb.core import (
     darts_home,
     path_fingerprint,
     save_dir,
+    check_int,
 )
 from .zoo import check_vocab
 from .lease import clean_stale
@@ -49,9 +50,8 @@ class HiddenCache:
 
     def __post_init__(self):
         if self.merged.shape != self.target.shape or self.merged.dim() != 3:
-            raise ValueError(
-                f"merged/target: expected equal N x T x H shapes, got {tuple(self.merged.shape)} and {tuple(self.target.shape)}"
-            )
+            shapes = f"{tuple(self.merged.shape)} and {tuple(self.target.shape)}"
+            raise ValueError(f"merged/target: expected equal N x T x H shapes, got {shapes}")
         for name in ('entropy', 'mask', 'ids', 'kinds'):
             t = getattr(self, name)
             if t is not None and t.shape != self.merged.shape[:2]:
@@ -99,8 +99,7 @@ class HiddenCache:
         n: int,  # prompts in the first part
     ) -> tuple[HiddenCache, HiddenCache]:
         "The first `n` prompts and the rest (e.g. calibration and held-out)."
-        if not 0 <= n <= len(self):
-            raise ValueError(f"n: expected 0 <= n <= {len(self)}, got {n}")
+        check_int(n, 'n', lo=0, hi=len(self))
         return self[:n], self[n:]
 
     def to(self, device) -> HiddenCache:
@@ -132,7 +131,7 @@ class HiddenCache:
 # %% ../nbs/06_cache.ipynb #64d4b106
 TENSORS, META = 'tensors.safetensors', 'meta.json'
 
-
+# %% ../nbs/06_cache.ipynb #546e6c80
 def save_safetensors(
     tensors: dict,  # name -> tensor (contiguous, on any device)
     file: str | Path,  # the file to write
@@ -150,7 +149,7 @@ def save_safetensors(
         raise
     return Path(file)
 
-
+# %% ../nbs/06_cache.ipynb #e957f292
 @patch
 def save(
     self: HiddenCache,
@@ -160,36 +159,29 @@ def save(
     path = Path(path).expanduser().absolute()
     meta = json.dumps(self.meta, indent=1, sort_keys=True, default=str)
     tensors = {k: t.detach().contiguous().cpu() for k, t in self.tensors().items()}
-    return save_dir(
-        path,
-        {TENSORS: lambda f: save_safetensors(tensors, f, {'meta': meta}), META: meta},
-        {TENSORS, META},
-        'HiddenCache',
-    )
+    files = {TENSORS: lambda f: save_safetensors(tensors, f, {'meta': meta}), META: meta}
+    return save_dir(path, files, own={TENSORS, META}, what='HiddenCache')
 
 # %% ../nbs/06_cache.ipynb #64d4b107
 def _read_tensors(file: Path, device) -> tuple[dict, str | None]:
     "The tensors of a cache file and the meta JSON of its header (None in caches saved before it was kept there)."
     from safetensors import safe_open, SafetensorError
 
-    fd = os.open(
-        file, os.O_RDONLY
-    )  # safe_open opens its path twice (header, data): give it this one version of the file
+    # safe_open opens its path twice (header, data): give it this one version of the file
+    fd = os.open(file, os.O_RDONLY)
     try:
         same = next((p for p in (f'/proc/self/fd/{fd}', f'/dev/fd/{fd}') if os.path.exists(p)), str(file))
         with safe_open(same, framework='pt', device=str(device)) as f:
-            cpu = (
-                torch.device(device).type == 'cpu'
-            )  # a copy, not a map of the file: a later change to it cannot reach a loaded cache
-            return {k: f.get_tensor(k).clone() if cpu else f.get_tensor(k) for k in f.keys()}, (f.metadata() or {}).get(
-                'meta'
-            )
+            # a copy, not a map of the file: a later change to it cannot reach a loaded cache
+            cpu = torch.device(device).type == 'cpu'
+            tensors = {k: f.get_tensor(k).clone() if cpu else f.get_tensor(k) for k in f.keys()}
+            return tensors, (f.metadata() or {}).get('meta')
     except SafetensorError as e:
         raise ValueError(f"{file}: corrupt or incomplete cache file ({e}); delete its folder to rebuild it") from None
     finally:
         os.close(fd)
 
-
+# %% ../nbs/06_cache.ipynb #6d943a49
 @patch(cls_method=True)
 def load(
     cls: HiddenCache,
@@ -224,20 +216,22 @@ def load(
 
 # %% ../nbs/06_cache.ipynb #7a617dda
 def _vocab_hash(tokenizer) -> str:
+    "A hash of the tokenizer's vocabulary (token -> id)."
     return stable_hash(sorted(tokenizer.get_vocab().items()))
 
-
+# %% ../nbs/06_cache.ipynb #b55ce793
 def _name(model) -> str:
+    "The model's path or hub id, for messages (its class name when it has none)."
     return str(getattr(model, 'name_or_path', '') or getattr(model.config, '_name_or_path', '') or type(model).__name__)
 
-
+# %% ../nbs/06_cache.ipynb #88681bef
 def check_pair(
     merged,  # the merged model
     target,  # the expert
     tokenizer=None,  # the tokenizer the cache will use (the merged model's)
     target_tokenizer=None,  # the expert's own tokenizer, if separate
 ) -> None:
-    "A `ValueError` when the two models (or their tokenizers) cannot share one cache; an expert whose vocabulary extends the tokenizer's (Code Llama) can."
+    "A `ValueError` when the two models (or their tokenizers) cannot share one cache; an extended vocabulary can."
     em, et = merged.get_input_embeddings().weight.shape, target.get_input_embeddings().weight.shape
     hm, ht = merged.config.hidden_size, target.config.hidden_size
     if hm != ht:
@@ -250,12 +244,12 @@ def check_pair(
             )
     if em[0] != et[0] and tokenizer is None:
         raise ValueError(
-            f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, target {_name(target)} has {et[0]}; pass the shared tokenizer"
+            f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, "
+            f"target {_name(target)} has {et[0]}; pass the shared tokenizer"
         )
-    if (
-        target_tokenizer is not None and tokenizer is not None
-    ):  # the expert's may add tokens, never renumber or drop one
-        check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), 'target_tokenizer', 'tokenizer')
+    # the expert's tokenizer may add tokens, never renumber or drop one
+    if target_tokenizer is not None and tokenizer is not None:
+        check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), a='target_tokenizer', b='tokenizer')
 
 # %% ../nbs/06_cache.ipynb #7a617d05
 TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')
@@ -293,18 +287,16 @@ def build_cache(
     target_tokenizer=None,  # the expert's tokenizer, if separate: must have the same vocabulary
     chunk_size: int = 1024,  # positions per entropy chunk
     progress: bool = True,  # show a tqdm bar
-    spans: list | None = None,  # per prompt, (start, end, kind) character spans: the cache labels every token's kind
+    spans: list | None = None,  # per prompt, (start, end, kind) character spans: every token's kind is kept
 ) -> HiddenCache:
-    "Run both frozen models once over `prompts`; returns their final hidden states, the expert's entropy, the mask and the ids."
+    "Run both frozen models once over `prompts`: their final hidden states, the expert's entropy, the mask, the ids."
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise TypeError("prompts: expected a list of strings")
     if len(prompts) == 0:
         raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
-    if max_len < 1:
-        raise ValueError(f"max_len: expected >= 1, got {max_len}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
-    check_pair(merged, target, tokenizer, target_tokenizer)
+    check_int(max_len, 'max_len')
+    check_int(batch_size, 'batch_size')
+    check_pair(merged, target, tokenizer=tokenizer, target_tokenizer=target_tokenizer)
     if tokenizer.pad_token is None:
         tokenizer = copy.copy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token
@@ -358,7 +350,7 @@ def build_cache(
             device=dev,
         )
     )
-    return HiddenCache(out['merged'], out['target'], out['entropy'], am.bool().to(dev), meta, ids.to(dev), kinds)
+    return HiddenCache(**out, mask=am.bool().to(dev), meta=meta, ids=ids.to(dev), kinds=kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
 def cache_key(
@@ -369,7 +361,7 @@ def cache_key(
     dtype: torch.dtype = torch.bfloat16,  # storage dtype
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> list:
-    "What a cache is computed from: each checkpoint's fingerprint, the prompts' hash, `max_len`, dtype (and the spans' hash)."
+    "What a cache is computed from: each checkpoint's fingerprint, the prompts' hash, `max_len`, dtype, spans' hash."
     return [
         path_fingerprint(merged_path),
         path_fingerprint(target_path),
@@ -378,7 +370,7 @@ def cache_key(
         str(dtype),
     ] + ([stable_hash(spans)] if spans is not None else [])
 
-
+# %% ../nbs/06_cache.ipynb #eb600e59
 def cache_path(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
@@ -388,8 +380,8 @@ def cache_path(
     root: str | Path | None = None,  # default: $DARTS_HOME/caches
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> Path:
-    "Where the cache of this (merged, expert, prompts, spans, max_len, dtype) lives: named by the hash of its `cache_key`."
-    key = stable_hash(cache_key(merged_path, target_path, prompts, max_len, dtype, spans))
+    "Where the cache of these inputs (models, prompts, spans, max_len, dtype) lives: named by its `cache_key`'s hash."
+    key = stable_hash(cache_key(merged_path, target_path, prompts, max_len=max_len, dtype=dtype, spans=spans))
     return (Path(root) if root is not None else darts_home() / 'caches') / f'cache-{key}'
 
 # %% ../nbs/06_cache.ipynb #fb485277
@@ -407,10 +399,9 @@ def get_or_build_cache(
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (loading both models) and save it."
-    path, key = (
-        cache_path(merged_path, target_path, prompts, max_len, dtype, root, spans),
-        cache_key(merged_path, target_path, prompts, max_len, dtype, spans),
-    )
+    inputs = dict(max_len=max_len, dtype=dtype, spans=spans)
+    path = cache_path(merged_path, target_path, prompts, root=root, **inputs)
+    key = cache_key(merged_path, target_path, prompts, **inputs)
     if (path / TENSORS).exists():
         try:
             c = HiddenCache.load(path, device=device)
@@ -424,20 +415,30 @@ def get_or_build_cache(
             and c.meta.get('max_len') == max_len
         ):
             return c
-    clean_stale(
-        path.parent
-    )  # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
+    # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
+    clean_stale(path.parent)
     dev = default_device(device)
     if models is None:
         from darts_nb.zoo import load_model
 
-        models = lambda p: load_model(p, device=dev)
+        def models(p):
+            return load_model(p, device=dev)
+
     (m, tok), (t, ttok) = models(merged_path), models(target_path)
     c = build_cache(
-        m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=ttok, progress=progress, spans=spans
+        m,
+        t,
+        tok,
+        prompts=prompts,
+        max_len=max_len,
+        dtype=dtype,
+        device=dev,
+        batch_size=batch_size,
+        target_tokenizer=ttok,
+        progress=progress,
+        spans=spans,
     )
-    c.meta.update(
-        merged_path=str(merged_path), target_path=str(target_path), key=key
-    )  # a cache for other inputs is never returned
+    # the key in the meta: a cache for other inputs is never returned
+    c.meta.update(merged_path=str(merged_path), target_path=str(target_path), key=key)
     c.save(path)
     return c

@@ -1,4 +1,4 @@
-"""What one calibration costs (the paper's Table 8): wall clock per phase, peak memory, cache and checkpoint sizes.
+"""What one calibration costs (Table 8): wall clock per phase, peak memory, cache and checkpoint sizes.
 
 Docs: https://darts-nb.github.io/darts_nb/cost.html.md"""
 
@@ -28,7 +28,7 @@ def _rss_bytes() -> int:
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-
+# %% ../nbs/08_cost.ipynb #808cfb8c
 class PeakRSS:
     "Context manager: the peak growth of this process's resident memory while the block runs, sampled in a thread."
 
@@ -56,9 +56,10 @@ class PeakRSS:
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c9
 def _dir_bytes(p: Path) -> int:
+    "The bytes of every file under folder `p`."
     return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file())
 
-
+# %% ../nbs/08_cost.ipynb #d238cc40
 def calibration_cost(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
@@ -105,7 +106,7 @@ def calibration_cost(
             merged,
             target,
             tok,
-            prompts,
+            prompts=prompts,
             max_len=max_len,
             device=dev,
             batch_size=batch_size,
@@ -116,7 +117,7 @@ def calibration_cost(
         t3 = time.perf_counter()
         head = target.get_output_embeddings().weight.detach() if loss in ('kl', 'ce') else None
         set_seed(seed)
-        mod = make_surgery(kind, cache.hidden_size, rank, max_len).to(dev)
+        mod = make_surgery(kind, cache.hidden_size, rank=rank, max_len=max_len).to(dev)
         train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress)
         sync()
         t4 = time.perf_counter()
@@ -161,8 +162,9 @@ COST_PHASES = {
 }
 COST_KINDS = {'standard': 'Standard', 'position': 'DARTS'}  # the two columns of Table 8
 
-
+# %% ../nbs/08_cost.ipynb #4a7fb85f
 def _human(v: float, unit: str) -> str:
+    "A value in the unit the paper prints it in: seconds, bytes in GB/MB/KB, or a count."
     if unit == 's':
         return f'{v:.2f} s'
     if unit.startswith('bytes'):
@@ -172,7 +174,7 @@ def _human(v: float, unit: str) -> str:
         return f'{v:.0f} B'
     return f'{int(v):,}'
 
-
+# %% ../nbs/08_cost.ipynb #82b4c8ae
 def cost_table(
     df: 'pd.DataFrame',  # `calibration_cost` rows of several kinds, with a `kind` column
 ) -> 'pd.DataFrame':

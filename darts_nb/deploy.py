@@ -1,4 +1,4 @@
-"""Several named surgery modules on one merged model, switched per request; the correction saved, shared and shown with the model.
+"""Named surgery modules on one merged model, switched per request; one checkpoint with the correction built in.
 
 Docs: https://darts-nb.github.io/darts_nb/deploy.html.md"""
 
@@ -29,7 +29,7 @@ def add_surgery(
     named[name] = module
     return named
 
-
+# %% ../nbs/04a_deploy.ipynb #ebf88146
 def set_surgery(
     model,  # a model with named modules (`add_surgery`)
     name: str | None,  # the module to apply from now on; None: the plain merged model
@@ -43,18 +43,18 @@ def set_surgery(
         raise KeyError(f"name={name!r}: no module of that name on this model; it has {sorted(named)} (add_surgery)")
     return attach_surgery(model, named[name])
 
-
+# %% ../nbs/04a_deploy.ipynb #48317140
 def active_surgery(
     model,  # a causal LM
 ) -> str | None:
     "The name of the named module attached to `model` now (None: none, or one attached without a name)."
     m = surgery_of(model)
-    return (
-        next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None) if m is not None else None
-    )
+    if m is None:
+        return None
+    return next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None)
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d011
-MODELING = '''"A causal LM with its DARTS surgery module attached on load (written by darts_nb.deploy.export_corrected)."
+MODELING = '''"A causal LM with its DARTS module attached on load (written by darts_nb.deploy.export_corrected)."
 from pathlib import Path
 from transformers import {arch}
 
@@ -66,11 +66,14 @@ class DartsForCausalLM({arch}):
         folder = Path(str(pretrained_model_name_or_path))
         if not folder.is_dir():  # a hub repo: its darts_surgery/ folder, from the hub cache
             from huggingface_hub import snapshot_download
-            folder = Path(snapshot_download(str(pretrained_model_name_or_path), revision=kwargs.get('revision'), allow_patterns=['darts_surgery/*']))
-        return attach_surgery(model, load_surgery(folder/'darts_surgery', expect_hidden=model.config.hidden_size))
+            repo = str(pretrained_model_name_or_path)
+            got = snapshot_download(repo, revision=kwargs.get('revision'), allow_patterns=['darts_surgery/*'])
+            folder = Path(got)
+        module = load_surgery(folder / 'darts_surgery', expect_hidden=model.config.hidden_size)
+        return attach_surgery(model, module)
 '''
 
-
+# %% ../nbs/04a_deploy.ipynb #e2782c60
 def export_corrected(
     model,  # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
     module: SurgeryModule,  # the surgery module to build in
@@ -78,7 +81,7 @@ def export_corrected(
     tokenizer=None,  # saved beside, so the folder is complete for pipelines and lm-eval
     **meta,  # provenance for the module's config and card (see `surgery.save_surgery`)
 ) -> Path:
-    "One checkpoint (merged weights + module + `auto_map` modelling code) that loads corrected with `trust_remote_code=True`."
+    "One checkpoint (merged weights, module, `auto_map` modelling code) that loads corrected with remote code."
     arch = type(model).__name__
     with atomic_path(out_dir) as tmp:
         type(model).save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from .core import check_choice, check_int
 
 # %% auto #0
 __all__ = ['LOSSES', 'LOSS_NEEDS', 'real_positions', 'per_position_l1', 'l1_loss', 'entropy_weights', 'ewl1_loss',
@@ -24,14 +25,15 @@ def real_positions(
         raise ValueError(f"mask: expected at least one real (non-pad) position, got none (shape {tuple(m.shape)})")
     return m
 
-
+# %% ../nbs/05_losses.ipynb #c569f3a6
 def _check_shapes(pred, target, mask):
+    "A `ValueError` unless `pred` and `target` are B x T x H and `mask` B x T."
     if pred.shape != target.shape:
         raise ValueError(f"pred/target: shapes differ, {tuple(pred.shape)} vs {tuple(target.shape)}")
     if mask.shape != pred.shape[:-1]:
         raise ValueError(f"mask: expected shape {tuple(pred.shape[:-1])}, got {tuple(mask.shape)}")
 
-
+# %% ../nbs/05_losses.ipynb #a033efe5
 def per_position_l1(
     pred: torch.Tensor,  # B x T x H corrected hidden states
     target: torch.Tensor,  # B x T x H expert hidden states
@@ -51,7 +53,7 @@ def l1_loss(
     "Eq. 5: mean over real positions of `||pred_t - target_t||_1 / H`."
     return per_position_l1(pred, target, mask).mean()
 
-
+# %% ../nbs/05_losses.ipynb #3e934ae3
 def entropy_weights(
     entropy: torch.Tensor,  # B x T expert next-token entropies (nats)
     mask: torch.Tensor,  # B x T, real positions
@@ -66,7 +68,7 @@ def entropy_weights(
     mu = e.mean()
     return torch.ones_like(e) if mu == 0 else e / mu
 
-
+# %% ../nbs/05_losses.ipynb #0800f0c2
 def ewl1_loss(
     pred: torch.Tensor,  # B x T x H corrected hidden states
     target: torch.Tensor,  # B x T x H expert hidden states
@@ -85,36 +87,37 @@ def _head_logits(h: torch.Tensor, head) -> torch.Tensor:
     b = getattr(head, 'bias', None)
     return F.linear(h, w, None if b is None else b.detach().to(h.dtype))
 
-
+# %% ../nbs/05_losses.ipynb #7fb98734
 def _kl_sum(p, t, head):
+    "Sum over positions of `KL(softmax(head(t)) || softmax(head(p)))`."
     lq = F.log_softmax(_head_logits(p, head).float(), -1)
     lp = F.log_softmax(_head_logits(t, head).float(), -1)
     return (lp.exp() * (lp - lq)).sum()
 
-
+# %% ../nbs/05_losses.ipynb #a656e9f1
 def _ce_sum(p, t, head, soft):
+    "Sum over positions of the cross-entropy of `head(p)` against `head(t)`'s argmax (or its softmax, `soft`)."
     lq = F.log_softmax(_head_logits(p, head).float(), -1)
     tl = _head_logits(t, head).float()
     if soft:
         return -(F.softmax(tl, -1) * lq).sum()
     return F.nll_loss(lq, tl.argmax(-1), reduction='sum')
 
-
+# %% ../nbs/05_losses.ipynb #e6dd1074
 def _chunked_mean(fn, pred, target, mask, chunk_size):
+    "The sum of `fn(pred_chunk, target_chunk)` over chunks of real positions, divided by their number."
     _check_shapes(pred, target, mask)
     m = real_positions(mask)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
+    check_int(chunk_size, 'chunk_size')
     p, t = pred[m], target[m].detach()
     total = 0.0
     for i in range(0, p.shape[0], chunk_size):
         pc, tc = p[i : i + chunk_size], t[i : i + chunk_size]
-        total = total + (
-            checkpoint(fn, pc, tc, use_reentrant=False) if torch.is_grad_enabled() and pc.requires_grad else fn(pc, tc)
-        )
+        grad = torch.is_grad_enabled() and pc.requires_grad
+        total = total + (checkpoint(fn, pc, tc, use_reentrant=False) if grad else fn(pc, tc))
     return total / p.shape[0]
 
-
+# %% ../nbs/05_losses.ipynb #415bf5a9
 def kl_logits_loss(
     pred: torch.Tensor,  # B x T x H corrected hidden states
     target: torch.Tensor,  # B x T x H expert hidden states
@@ -123,9 +126,9 @@ def kl_logits_loss(
     chunk_size: int = 1024,  # positions per chunk of logits
 ) -> torch.Tensor:
     "Mean over real positions of `KL(softmax(head(target)) || softmax(head(pred)))` (nats)."
-    return _chunked_mean(lambda p, t: _kl_sum(p, t, head), pred, target, mask, chunk_size)
+    return _chunked_mean(lambda p, t: _kl_sum(p, t, head), pred, target, mask=mask, chunk_size=chunk_size)
 
-
+# %% ../nbs/05_losses.ipynb #28653016
 def ce_distill_loss(
     pred: torch.Tensor,  # B x T x H corrected hidden states
     target: torch.Tensor,  # B x T x H expert hidden states
@@ -135,22 +138,20 @@ def ce_distill_loss(
     chunk_size: int = 1024,  # positions per chunk of logits
 ) -> torch.Tensor:
     "Cross-entropy of `head(pred)` against the expert's argmax token (or its soft distribution)."
-    return _chunked_mean(lambda p, t: _ce_sum(p, t, head, soft), pred, target, mask, chunk_size)
+    return _chunked_mean(lambda p, t: _ce_sum(p, t, head, soft=soft), pred, target, mask=mask, chunk_size=chunk_size)
 
 # %% ../nbs/05_losses.ipynb #1f59c665
 LOSSES = {'l1': l1_loss, 'ewl1': ewl1_loss, 'kl': kl_logits_loss, 'ce': ce_distill_loss}
 LOSS_NEEDS = {'l1': (), 'ewl1': ('entropy',), 'kl': ('head',), 'ce': ('head',)}
 
-
+# %% ../nbs/05_losses.ipynb #07cf9cf8
 def get_loss(
     name: str,  # one of LOSSES: 'l1', 'ewl1', 'kl', 'ce'
 ):
     "The loss function registered as `name`."
-    if name not in LOSSES:
-        raise ValueError(f"loss={name!r} is unknown; expected one of {sorted(LOSSES)}")
-    return LOSSES[name]
+    return LOSSES[check_choice(name, LOSSES, 'loss')]
 
-
+# %% ../nbs/05_losses.ipynb #5bf8e03a
 def compute_loss(
     name: str,  # one of LOSSES
     pred: torch.Tensor,  # B x T x H corrected hidden states
@@ -165,9 +166,9 @@ def compute_loss(
     if 'entropy' in LOSS_NEEDS[name]:
         if entropy is None:
             raise ValueError(f"loss={name!r} needs entropy=, got None")
-        return fn(pred, target, entropy, mask, **kw)
+        return fn(pred, target, entropy=entropy, mask=mask, **kw)
     if 'head' in LOSS_NEEDS[name]:
         if head is None:
             raise ValueError(f"loss={name!r} needs head= (the expert's LM head), got None")
-        return fn(pred, target, mask, head, **kw)
+        return fn(pred, target, mask=mask, head=head, **kw)
     return fn(pred, target, mask, **kw)

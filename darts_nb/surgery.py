@@ -1,4 +1,4 @@
-"""Standard, DARTS (position), Add and Parallel surgery modules; attaching them to a model; saving and loading.
+"""Standard, DARTS (position), Add and Parallel surgery modules; attaching them to a model; saving, loading.
 
 Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .core import positions_from_mask, lm_head, check_choice, stable_hash, save_dir, read_dir
+from .core import positions_from_mask, lm_head, check_choice, check_int, stable_hash, save_dir, read_dir
 
 _all_ = ['positions_from_mask']
 
@@ -27,16 +27,10 @@ __all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG',
            'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
            'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
            'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids', 'check_finite', 'surgery_of',
-           'detach_surgery', 'attach_surgery', 'surgery', 'save_surgery', 'surgery_card', 'read_surgery_config',
+           'detach_surgery', 'attach_surgery', 'surgery', 'surgery_card', 'save_surgery', 'read_surgery_config',
            'load_surgery', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
-def _check_size(name, value, lo=1):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}={value!r}: expected an int >= {lo}")
-    return value
-
-
 def _bottleneck(hidden_size, rank):
     "`W_down` (r x H, Kaiming-uniform a=sqrt(5)) and `W_up` (H x r, zero), no biases."
     down, up = nn.Linear(hidden_size, rank, bias=False), nn.Linear(rank, hidden_size, bias=False)
@@ -44,12 +38,15 @@ def _bottleneck(hidden_size, rank):
     nn.init.zeros_(up.weight)
     return down, up
 
-
+# %% ../nbs/04_surgery.ipynb #70169137
 class SurgeryModule(nn.Module):
     "Base class: the content path `c(h) = W_up ReLU(W_down h)`, input checks, dtype handling, `config()`."
 
     kind = 'base'
-    needs_ids = False  # True for a module that looks at the token ids (the token-table control)
+    # The constructor's integer sizes, which are also the keys of `config()`: each kind declares its own
+    sizes = ('hidden_size', 'rank', 'max_len')
+    # True for a module that looks at the token ids (the token-table control)
+    needs_ids = False
 
     def __init__(
         self,
@@ -58,8 +55,8 @@ class SurgeryModule(nn.Module):
         max_len: int | None = None,  # T_max for position-aware modules
     ):
         super().__init__()
-        self.hidden_size, self.rank = _check_size('hidden_size', hidden_size), _check_size('rank', rank)
-        self.max_len = None if max_len is None else _check_size('max_len', max_len)
+        self.hidden_size, self.rank = check_int(hidden_size, 'hidden_size'), check_int(rank, 'rank')
+        self.max_len = None if max_len is None else check_int(max_len, 'max_len')
         self.down, self.up = _bottleneck(hidden_size, rank)
 
     def content(self, x):
@@ -67,10 +64,9 @@ class SurgeryModule(nn.Module):
         return F.linear(F.relu(F.linear(x, self.down.weight)), self.up.weight)
 
     def lookup(self, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        "Rows of a `max_len x H` table at `positions`; zero rows at positions `>= max_len` (a negative position counts as 0)."
-        if (
-            positions.device.type == 'cpu'
-        ):  # one gather when every position is inside (the CPU raises, it does not assert)
+        "Rows of a `max_len x H` table at `positions`; zero rows at positions `>= max_len` (negative ones count as 0)."
+        # One gather when every position is inside (the CPU raises, it does not assert)
+        if positions.device.type == 'cpu':
             try:
                 return F.embedding(positions, table)
             except IndexError:
@@ -79,7 +75,7 @@ class SurgeryModule(nn.Module):
         return rows.masked_fill((positions >= self.max_len).unsqueeze(-1), 0)
 
     def check(self, h, positions):
-        "Validate `h` (... x H) and `positions` (same leading shape, integer, >= 0); `None` positions mean `arange(T)`."
+        "Validate `h` (... x H) and `positions` (same leading shape, integer, >= 0); None positions mean `arange(T)`."
         if not isinstance(h, torch.Tensor):
             raise TypeError(f"h: expected a torch.Tensor, got {type(h).__name__}")
         if h.dim() < 2 or h.shape[-1] != self.hidden_size:
@@ -94,9 +90,8 @@ class SurgeryModule(nn.Module):
             or positions.is_complex()
             or positions.dtype == torch.bool
         ):
-            raise TypeError(
-                f"positions: expected an integer (Long) tensor, got {getattr(positions, 'dtype', type(positions).__name__)}"
-            )
+            got = getattr(positions, 'dtype', type(positions).__name__)
+            raise TypeError(f"positions: expected an integer (Long) tensor, got {got}")
         if tuple(positions.shape) != tuple(h.shape[:-1]):
             raise ValueError(
                 f"positions.shape={tuple(positions.shape)}: expected {tuple(h.shape[:-1])} (h.shape without H)"
@@ -116,9 +111,8 @@ class SurgeryModule(nn.Module):
     ) -> torch.Tensor:
         "`h_hat = h - correction`, computed in the module's dtype, returned in `h`'s dtype."
         if self.needs_ids and (ids is None or tuple(ids.shape) != tuple(h.shape[:-1])):
-            raise ValueError(
-                f"ids: {self.kind} surgery needs the token ids, shape {tuple(h.shape[:-1])}; got {None if ids is None else tuple(ids.shape)}"
-            )
+            got = None if ids is None else tuple(ids.shape)
+            raise ValueError(f"ids: {self.kind} surgery needs the token ids, shape {tuple(h.shape[:-1])}; got {got}")
         return self.corrected(h, self.check(h, positions), ids)
 
     def corrected(
@@ -134,11 +128,9 @@ class SurgeryModule(nn.Module):
         return out if out.dtype == h.dtype else out.to(h.dtype)
 
     def config(self) -> dict:
-        "What it takes to rebuild this module (`surgery_from_config`)."
-        cfg = dict(kind=self.kind, hidden_size=self.hidden_size, rank=self.rank)
-        if self.max_len is not None:
-            cfg['max_len'] = self.max_len
-        return cfg
+        "What it takes to rebuild this module (`surgery_from_config`): its kind and its `sizes`."
+        sizes = {k: getattr(self, k) for k in self.sizes}
+        return dict(kind=self.kind, **{k: v for k, v in sizes.items() if v is not None})
 
     def extra_repr(self):
         return ', '.join(f'{k}={v}' for k, v in self.config().items() if k != 'kind')
@@ -148,6 +140,7 @@ class StandardSurgery(SurgeryModule):
     "Eq. 3: `h_hat = h - W_up ReLU(W_down h)` (Yang et al. 2024a); positions are accepted and ignored."
 
     kind = 'standard'
+    sizes = ('hidden_size', 'rank')
 
     def __init__(
         self,
@@ -164,6 +157,7 @@ class PositionSurgery(SurgeryModule):
     "DARTS, Eq. 4: `h_hat_t = h_t - c(h_t) - b_t` with a zero-initialised free table `b` (max_len x H)."
 
     kind = 'position'
+    sizes = ('hidden_size', 'rank', 'max_len')
 
     def __init__(
         self,
@@ -182,6 +176,7 @@ class AddSurgery(SurgeryModule):
     "Appendix E 'Add': `h_hat_t = h_t - c(h_t + p_t)`, `p` a zero-initialised learned position embedding."
 
     kind = 'add'
+    sizes = ('hidden_size', 'rank', 'max_len')
 
     def __init__(
         self,
@@ -200,6 +195,7 @@ class ParallelSurgery(SurgeryModule):
     "Appendix E 'Parallel': `h_hat_t = h_t - c(h_t) - W'_up ReLU(W'_down p_t)`, two bottlenecks summed."
 
     kind = 'parallel'
+    sizes = ('hidden_size', 'rank', 'max_len')
 
     def __init__(
         self,
@@ -218,9 +214,10 @@ class ParallelSurgery(SurgeryModule):
 
 # %% ../nbs/04_surgery.ipynb #62047e11
 class TokenSurgery(SurgeryModule):
-    "Control: `h_hat_t = h_t - c(h_t) - e_{x_t}`, a zero-initialised table indexed by the token id (vocab_size x H)."
+    "Control: `h_hat_t = h_t - c(h_t) - e_{x_t}`, a zero-initialised table indexed by the token id (V x H)."
 
     kind = 'token'
+    sizes = ('hidden_size', 'rank', 'vocab_size')
     needs_ids = True
 
     def __init__(
@@ -230,16 +227,13 @@ class TokenSurgery(SurgeryModule):
         vocab_size: int = 512,  # V: rows of the table (the model's vocabulary)
     ):
         super().__init__(hidden_size, rank)
-        self.vocab_size = _check_size('vocab_size', vocab_size)
+        self.vocab_size = check_int(vocab_size, 'vocab_size')
         self.e = nn.Parameter(torch.zeros(vocab_size, hidden_size))
 
     def correction(self, x, positions, ids=None):
         return self.content(x) + F.embedding(ids, self.e)
 
-    def config(self) -> dict:
-        return {**super().config(), 'vocab_size': self.vocab_size}
-
-
+# %% ../nbs/04_surgery.ipynb #c6f84342
 class ShuffledPositionSurgery(PositionSurgery):
     "Control: DARTS's table trained on positions shuffled within each row (true positions at evaluation)."
 
@@ -247,7 +241,8 @@ class ShuffledPositionSurgery(PositionSurgery):
 
     def correction(self, x, positions, ids=None):
         if self.training:
-            positions = positions.gather(-1, torch.argsort(torch.rand(positions.shape, device=positions.device), -1))
+            order = torch.argsort(torch.rand(positions.shape, device=positions.device), -1)
+            positions = positions.gather(-1, order)
         return super().correction(x, positions)
 
 # %% ../nbs/04_surgery.ipynb #62047e08
@@ -256,62 +251,55 @@ SURGERY_KINDS = {
     for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)
 }
 SURGERY_ALIASES = {'darts': 'position'}
+# The config keys a module is built from: every size some kind declares
+SIZE_KEYS = tuple(dict.fromkeys(k for c in SURGERY_KINDS.values() for k in c.sizes))
 
-
+# %% ../nbs/04_surgery.ipynb #5d81e012
 def surgery_kind(
     name: str,  # a key of SURGERY_KINDS or an alias ('darts')
 ) -> str:
     "The registry's name of a module kind."
     return check_choice(SURGERY_ALIASES.get(name, name), SURGERY_KINDS, 'kind')
 
-
+# %% ../nbs/04_surgery.ipynb #41676704
 def make_surgery(
     kind: str,  # a key of SURGERY_KINDS, or 'darts' for 'position'
     hidden_size: int,  # H
     rank: int = 16,  # r, the bottleneck width
-    max_len: int = 512,  # T_max of the position-aware kinds (ignored by 'standard')
+    max_len: int = 512,  # T_max of the position-aware kinds (ignored by the kinds that do not declare it)
     vocab_size: int | None = None,  # V, for the 'token' kind (default: max_len, which matches its parameters)
 ) -> SurgeryModule:
-    "A fresh surgery module of `kind`."
+    "A fresh surgery module of `kind`, given the sizes that kind declares."
     cls = SURGERY_KINDS[surgery_kind(kind)]
-    if cls is StandardSurgery:
-        return cls(hidden_size, rank)
-    if cls is TokenSurgery:
-        return cls(hidden_size, rank, max_len if vocab_size is None else vocab_size)
-    return cls(hidden_size, rank, max_len)
+    vocab_size = max_len if vocab_size is None else vocab_size
+    given = dict(hidden_size=hidden_size, rank=rank, max_len=max_len, vocab_size=vocab_size)
+    return cls(**{k: given[k] for k in cls.sizes})
 
-
-SIZE_KEYS = ('hidden_size', 'rank', 'max_len', 'vocab_size')  # the config keys a module is built from
-
-
+# %% ../nbs/04_surgery.ipynb #b93f3d10
 def check_surgery_config(
     cfg,  # a module's config: `module.config()` or a saved one
     where: str = 'cfg',  # the file it came from, for messages
 ) -> dict:
     "`cfg`, or a `ValueError` naming `where` and the key that is missing or wrong."
-    if not isinstance(cfg, dict) or cfg.get('kind') not in SURGERY_KINDS:
-        raise ValueError(
-            f"{where}: kind={cfg.get('kind') if isinstance(cfg, dict) else None!r}, expected one of {sorted(SURGERY_KINDS)}"
-        )
-    for k in (
-        k for k in inspect.signature(SURGERY_KINDS[cfg['kind']]).parameters if k in SIZE_KEYS
-    ):  # the sizes this kind takes
+    kind = cfg.get('kind') if isinstance(cfg, dict) else None
+    if kind not in SURGERY_KINDS:
+        raise ValueError(f"{where}: kind={kind!r}, expected one of {sorted(SURGERY_KINDS)}")
+    for k in SURGERY_KINDS[kind].sizes:
         if k not in cfg:
-            raise ValueError(f"{where}: missing key {k!r}, which a {cfg['kind']!r} module needs")
-        v = cfg[k]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{where}: {k}={v!r}, expected an int >= 1")
+            raise ValueError(f"{where}: missing key {k!r}, which a {kind!r} module needs")
+        try:
+            check_int(cfg[k], k)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     return cfg
 
-
+# %% ../nbs/04_surgery.ipynb #9247d9ea
 def surgery_from_config(
     cfg: dict,  # a `module.config()` dict (extra keys are ignored)
 ) -> SurgeryModule:
     "A fresh module of `cfg['kind']` with the sizes in `cfg` (a `ValueError` naming a missing or wrong key)."
-    check_surgery_config(cfg)
-    return make_surgery(
-        cfg.get('kind'), cfg.get('hidden_size'), cfg.get('rank'), cfg.get('max_len'), cfg.get('vocab_size')
-    )
+    cls = SURGERY_KINDS[check_surgery_config(cfg)['kind']]
+    return cls(**{k: cfg[k] for k in cls.sizes})
 
 # %% ../nbs/04_surgery.ipynb #27638ddf
 def apply_surgery(
@@ -329,13 +317,8 @@ def n_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 # %% ../nbs/04_surgery.ipynb #6f23694f
-try:
-    from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
-except ImportError:
-    _hf_slice_keep = None
-
-
 def _past_length(cache) -> int:
+    "The number of tokens a KV cache holds already (0 for none)."
     if cache is None:
         return 0
     if hasattr(cache, 'get_seq_length'):
@@ -344,6 +327,12 @@ def _past_length(cache) -> int:
         return int(cache[0][0].shape[-2])  # legacy tuple cache
     except Exception:
         return 0
+
+# %% ../nbs/04_surgery.ipynb #75326002
+try:
+    from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
+except ImportError:
+    _hf_slice_keep = None
 
 
 def _slice_keep(positions, logits_to_keep):
@@ -356,15 +345,27 @@ def _slice_keep(positions, logits_to_keep):
         return positions[:, -logits_to_keep:]
     return positions[:, logits_to_keep]
 
+# %% ../nbs/04_surgery.ipynb #2d10d558
+def _kept(x, keep):
+    "The columns of B x T `x` whose logits the model computes (`logits_to_keep`)."
+    return x if isinstance(keep, int) and (keep == 0 or keep >= x.shape[1]) else _slice_keep(x, keep)
+
 # %% ../nbs/04_surgery.ipynb #6f23694a
 def forward_names(
     model,  # a causal LM
 ) -> tuple[str, ...]:
     "Names of the parameters `model.forward` takes by position, in order (to name a hook's positional arguments)."
-    import inspect
-
     ps = inspect.signature(model.forward).parameters.values()
     return tuple(p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+# %% ../nbs/04_surgery.ipynb #e3a6df2c
+def _call_args(model, args, kwargs, names) -> dict:
+    "A call's arguments by name."
+    a = dict(zip(forward_names(model) if names is None else names, args))
+    a.update(kwargs)
+    if isinstance(a.get('kwargs'), dict):
+        a.update(a['kwargs'])
+    return a
 
 # %% ../nbs/04_surgery.ipynb #6f23694b
 def call_positions(
@@ -374,14 +375,15 @@ def call_positions(
     names: tuple[str, ...] | None = None,  # `forward_names(model)`, computed once by `attach_surgery`
 ) -> torch.LongTensor:
     "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
-    a = _call_args(model, args, kwargs, names)
+    a = _call_args(model, args, kwargs, names=names)
     ids, emb = a.get('input_ids'), a.get('inputs_embeds')
     x = ids if ids is not None else emb
     if x is None:
         raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
     B, T = x.shape[0], x.shape[1]
     pos, mask = a.get('position_ids'), a.get('attention_mask')
-    if pos is not None:  # what generate passes: already padding-aware, usually B x T long on x's device
+    # position_ids are what generate passes: already padding-aware, usually B x T long on x's device
+    if pos is not None:
         if pos.device != x.device or pos.dtype != torch.long:
             pos = pos.to(x.device, torch.long)
         if pos.dim() == 1:
@@ -399,21 +401,7 @@ def call_positions(
         pos = (start + torch.arange(T, device=x.device)).expand(B, T)
     return _kept(pos, a.get('logits_to_keep', 0))
 
-
-def _call_args(model, args, kwargs, names) -> dict:
-    "A call's arguments by name."
-    a = dict(zip(forward_names(model) if names is None else names, args))
-    a.update(kwargs)
-    if isinstance(a.get('kwargs'), dict):
-        a.update(a['kwargs'])
-    return a
-
-
-def _kept(x, keep):
-    "The columns of B x T `x` whose logits the model computes (`logits_to_keep`)."
-    return x if isinstance(keep, int) and (keep == 0 or keep >= x.shape[1]) else _slice_keep(x, keep)
-
-
+# %% ../nbs/04_surgery.ipynb #604ff695
 def call_ids(
     model,  # the causal LM being called
     args: tuple,  # the call's positional arguments
@@ -421,7 +409,7 @@ def call_ids(
     names: tuple[str, ...] | None = None,  # `forward_names(model)`
 ) -> torch.LongTensor | None:
     "The token ids (B x T) of one call, as the LM head sees them; None when it passes embeddings only."
-    a = _call_args(model, args, kwargs, names)
+    a = _call_args(model, args, kwargs, names=names)
     ids = a.get('input_ids')
     return None if ids is None else _kept(ids, a.get('logits_to_keep', 0))
 
@@ -439,15 +427,16 @@ def check_finite(
         )
     return module
 
-
+# %% ../nbs/04_surgery.ipynb #4d50b1e1
 def _module_hidden(model) -> int:
+    "The hidden size of `model`'s LM head input."
     head = lm_head(model)
     w = getattr(head, 'weight', None)
     if w is not None and w.dim() == 2:
         return int(w.shape[1])
     return int(model.config.hidden_size)
 
-
+# %% ../nbs/04_surgery.ipynb #5725ef0c
 def surgery_of(
     model,  # a causal LM
 ) -> SurgeryModule | None:
@@ -455,7 +444,7 @@ def surgery_of(
     st = getattr(model, '_darts_surgery', None)
     return None if st is None else st['module']
 
-
+# %% ../nbs/04_surgery.ipynb #d3f7adbf
 def detach_surgery(
     model,  # a causal LM
 ) -> SurgeryModule | None:
@@ -469,7 +458,7 @@ def detach_surgery(
         model.__dict__.pop(k, None)
     return st['module']
 
-
+# %% ../nbs/04_surgery.ipynb #d8abd4a0
 def attach_surgery(
     model,  # a Hugging Face causal LM
     module: SurgeryModule,  # the surgery module; attaching again replaces the previous one
@@ -489,9 +478,9 @@ def attach_surgery(
     state, names = dict(module=module, positions=None, ids=None), forward_names(model)
 
     def record(mod, args, kwargs):
-        state['positions'] = call_positions(mod, args, kwargs, names)
+        state['positions'] = call_positions(mod, args, kwargs, names=names)
         if module.needs_ids:
-            state['ids'] = call_ids(mod, args, kwargs, names)
+            state['ids'] = call_ids(mod, args, kwargs, names=names)
             if state['ids'] is None:
                 raise ValueError(
                     f"attach_surgery: the {module.kind} module needs input_ids, and the call passes embeddings only"
@@ -511,7 +500,8 @@ def attach_surgery(
             )
         if module.down.weight.device != h.device:
             module.to(h.device)  # the model was moved after attaching
-        return (module.corrected(h, pos.to(h.device), None if ids is None else ids.to(h.device)),) + tuple(args[1:])
+        ids = None if ids is None else ids.to(h.device)
+        return (module.corrected(h, pos.to(h.device), ids),) + tuple(args[1:])
 
     handles = [
         model.register_forward_pre_hook(record, with_kwargs=True),
@@ -519,25 +509,26 @@ def attach_surgery(
         head.register_forward_pre_hook(correct),
     ]
 
-    def save_pretrained(save_directory, *a, **k):  # the checkpoint alone would silently lose the correction
-        out, beside = (
-            type(model).save_pretrained(model, save_directory, *a, **k),
-            Path(save_directory) / 'darts_surgery',
-        )
+    # The checkpoint alone would silently lose the correction: save the module beside it, and say so
+    def save_pretrained(save_directory, *a, **k):
+        out = type(model).save_pretrained(model, save_directory, *a, **k)
+        beside = Path(save_directory) / 'darts_surgery'
         warnings.warn(
-            f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, to {beside} "
-            f"(SurgeryModule.from_pretrained, then attach_surgery)",
+            f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, "
+            f"to {beside} (SurgeryModule.from_pretrained, then attach_surgery)",
             stacklevel=2,
         )
         save_surgery(module, beside, **getattr(module, 'meta', {}))
         return out
 
+    def extra_repr():
+        sizes = f'hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len}'
+        return f'darts_surgery={module.kind}({sizes})'
+
     model.__dict__.update(
         _darts_surgery=dict(module=module, handles=handles, state=state),
         save_pretrained=save_pretrained,
-        extra_repr=lambda: (
-            f'darts_surgery={module.kind}(hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len})'
-        ),
+        extra_repr=extra_repr,
     )
     return model
 
@@ -545,9 +536,8 @@ def attach_surgery(
 @contextmanager
 def surgery(
     model,  # a Hugging Face causal LM
-    module: SurgeryModule
-    | str
-    | None,  # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
+    # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
+    module: SurgeryModule | str | None,
 ):
     "Attach `module` to `model` inside a `with` block, then restore what was attached before."
     prev = detach_surgery(model)
@@ -564,30 +554,53 @@ def surgery(
 WEIGHTS, CONFIG, CARD = 'surgery_model.safetensors', 'surgery_config.json', 'README.md'
 OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
 
-
+# %% ../nbs/04_surgery.ipynb #2e91f54f
 def _merge_config_hash(merged_model) -> str | None:
     "The hash of a local merge's `merge.yaml` (the merge config), or None."
     import yaml
 
+    if not merged_model:
+        return None
     try:
-        return (
-            stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser() / 'merge.yaml').read_text()))
-            if merged_model
-            else None
-        )
+        return stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser() / 'merge.yaml').read_text()))
     except Exception:
         return None
 
-
+# %% ../nbs/04_surgery.ipynb #7ee1139c
 def _own_files(path: Path) -> set:
-    "The files a module folder at `path` may hold: the old format's only where `path` is an old module (not a model's config.json)."
+    "The files a module folder may hold: the old format's only where `path` is an old module (not a model's)."
     try:
-        old = (path / OLD_WEIGHTS).is_file() or json.loads((path / OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
+        old = (path / OLD_WEIGHTS).is_file() or (
+            json.loads((path / OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
+        )
     except Exception:
         old = False
     return {WEIGHTS, CONFIG, CARD} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
 
+# %% ../nbs/04_surgery.ipynb #06eb4592
+def surgery_card(
+    cfg: dict,  # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
+) -> str:
+    "The module's model card (README.md): what it corrects, its calibration, its held-out numbers, how to load it."
 
+    def g(k):
+        return cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
+
+    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
+    return (
+        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n"
+        f"# DARTS surgery module: {cfg.get('kind')}, {g('domain')}\n\n"
+        f"Corrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
+        f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: "
+        f"hidden size {cfg.get('hidden_size')}, rank {cfg.get('rank')}, positions {cfg.get('max_len')}; "
+        f"calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb {g('version')}). "
+        f"Held-out rho_L1: {g('rho_l1')}.\n\n"
+        f"| held-out score | value |\n|---|---|\n{rows}\n```python\n"
+        f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
+        f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n"
+    )
+
+# %% ../nbs/04_surgery.ipynb #73c4a281
 def save_surgery(
     module: SurgeryModule,  # the module to save (finite weights)
     path: str | Path,  # a folder of its own: created, or replaced when it holds a module only
@@ -611,36 +624,20 @@ def save_surgery(
     }
     weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
     files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str), CARD: surgery_card(cfg)}
-    return save_dir(path, files, _own_files(path), 'surgery module')
-
-
-def surgery_card(
-    cfg: dict,  # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
-) -> str:
-    "The module's model card (README.md): what it corrects, how it was calibrated, its held-out numbers, how to load it."
-    g = lambda k: cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
-    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
-    return (
-        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n# DARTS surgery module: "
-        f"{cfg.get('kind')}, {g('domain')}\n\nCorrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
-        f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: hidden size {cfg.get('hidden_size')}, rank "
-        f"{cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb "
-        f"{g('version')}). Held-out rho_L1: {g('rho_l1')}.\n\n| held-out score | value |\n|---|---|\n{rows}\n```python\n"
-        f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
-        f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n"
-    )
+    return save_dir(path, files, own=_own_files(path), what='surgery module')
 
 # %% ../nbs/04_surgery.ipynb #a9b4d202
 def _parse_config(data: bytes, where: Path) -> dict:
+    "The checked config of a module from the bytes of its JSON file `where`."
     try:
         cfg = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{where}: corrupt JSON ({e})") from None
     return check_surgery_config(cfg, str(where))
 
-
+# %% ../nbs/04_surgery.ipynb #2a47076f
 def _read_saved(path: Path) -> tuple[dict, Path, bytes | None, Path]:
-    "(config, its file, the weights' bytes, their file) of the module in `path`, the files from one version of the folder."
+    "(config, its file, the weights' bytes, their file) of the module in `path`, from one version of the folder."
     expected = f"expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}"
     if not path.is_dir():
         raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
@@ -652,14 +649,14 @@ def _read_saved(path: Path) -> tuple[dict, Path, bytes | None, Path]:
         )
     return _parse_config(got[c], path / c), path / c, got[w], path / w
 
-
+# %% ../nbs/04_surgery.ipynb #2d6754a1
 def read_surgery_config(
     path: str | Path,  # a folder written by `save_surgery`
 ) -> dict:
     "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
     return _read_saved(Path(path))[0]
 
-
+# %% ../nbs/04_surgery.ipynb #1ef5f8f8
 def load_surgery(
     path: str | Path,  # a folder written by `save_surgery`
     expect_hidden: int | None = None,  # fail unless the module's hidden size is this (the target model's H)
@@ -690,15 +687,15 @@ def load_surgery(
     module.meta = cfg
     return module.to(device or 'cpu').eval()
 
-
+# %% ../nbs/04_surgery.ipynb #b029e71c
 @patch(cls_method=True)
 def from_pretrained(
     cls: SurgeryModule,
     path_or_id: str | Path,  # a folder written by `save_surgery`, or a hub repo id holding one
-    revision: str | None = None,
-    **kw,  # the hub revision; `load_surgery`'s expect_hidden, device
+    revision: str | None = None,  # the hub revision
+    **kw,  # `load_surgery`'s expect_hidden, device
 ) -> SurgeryModule:
-    "A saved module from a local folder or the hub (downloaded into the hub cache; offline: only what the cache holds)."
+    "A saved module from a local folder or the hub (downloaded into the hub cache; offline: only what it holds)."
     p = Path(str(path_or_id)).expanduser()
     if not p.is_dir():
         from huggingface_hub import snapshot_download
@@ -706,15 +703,15 @@ def from_pretrained(
         p = Path(snapshot_download(str(path_or_id), revision=revision, allow_patterns=[CONFIG, WEIGHTS, CARD]))
     return load_surgery(p, **kw)
 
-
+# %% ../nbs/04_surgery.ipynb #6085a402
 @patch
 def push_to_hub(
     self: SurgeryModule,
     repo_id: str,  # the hub repo to create or update
-    private: bool | None = None,
-    token: str | None = None,  # the repo's visibility; a token (default: the logged-in one)
-    api=None,
-    **meta,  # a `huggingface_hub.HfApi` (tests: a stand-in); provenance and held-out results (`save_surgery`)
+    private: bool | None = None,  # the repo's visibility
+    token: str | None = None,  # a hub token (default: the logged-in one)
+    api=None,  # a `huggingface_hub.HfApi` (tests: a stand-in)
+    **meta,  # provenance and held-out results (`save_surgery`)
 ) -> str:
     "Save this module (config, weights, model card) and upload it to the hub repo `repo_id`; the commit's URL."
     if api is None:

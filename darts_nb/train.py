@@ -7,26 +7,26 @@ Docs: https://darts-nb.github.io/darts_nb/train.html.md"""
 # %% ../nbs/07_train.ipynb #8145c66e
 from __future__ import annotations
 import math
-import numbers
 import torch
 from tqdm.auto import tqdm
-from .core import positions_from_mask
+from .core import positions_from_mask, check_int, check_number
 from .losses import get_loss, compute_loss, LOSS_NEEDS, _head_logits
 from .cache import HiddenCache
 from .bias import token_bias
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['batch_order', 'zero_pads', 'train_surgery', 'l1_reduction', 'argmax_agreement', 'token_agreement']
+__all__ = ['batch_order', 'zero_pads', 'train_surgery', 'l1_reduction', 'token_agreement', 'argmax_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
+    "The device of the module's parameters (a module without any cannot train)."
     ps = list(module.parameters())
     if not ps:
         raise ValueError(f"module: {type(module).__name__} has no parameters to train")
     return ps[0].device
 
-
+# %% ../nbs/07_train.ipynb #6320d6b6
 def _frozen_weight(head, device) -> torch.Tensor:
     "The head's V x H weight, detached, float32, on `device`."
     w = head if isinstance(head, torch.Tensor) else getattr(head, 'weight', None)
@@ -34,25 +34,20 @@ def _frozen_weight(head, device) -> torch.Tensor:
         raise TypeError(f"head: expected an LM head module or a V x H weight tensor, got {type(head).__name__}")
     return w.detach().to(device, torch.float32)
 
-
-def _check_train_args(cache, loss, iters, batch_size, lr, head, betas=(0.9, 0.999), seed=0):
+# %% ../nbs/07_train.ipynb #bd7acab0
+def _check_train_args(cache, loss, *, iters, batch_size, lr, head, betas=(0.9, 0.999), seed=0):
+    "A clear error for inputs that cannot train: the cache, the loss, and each hyper-parameter."
     if not isinstance(cache, HiddenCache):
         raise TypeError(f"cache: expected a HiddenCache, got {type(cache).__name__}")
     get_loss(loss)
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"iters: expected an integer >= 1, got {iters!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr: expected a finite number > 0, got {lr!r}")
-    if (
-        not isinstance(betas, (tuple, list))
-        or len(betas) != 2
-        or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)
-    ):
+    check_int(iters, 'iters')
+    check_int(batch_size, 'batch_size')
+    check_number(lr, 'lr', lo=0, lo_open=True)
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed: expected an integer, got {seed!r}")
+    for i, b in enumerate(betas):
+        check_number(b, f'betas[{i}]', lo=0, hi=1, hi_open=True)
+    check_int(seed, 'seed', lo=None)
     if 'head' in LOSS_NEEDS[loss] and head is None:
         raise ValueError(f"loss={loss!r} needs head= (the expert's LM head), got None")
     cache.check()
@@ -75,8 +70,9 @@ def batch_order(
             yield perm[i : i + batch_size]
             it += 1
 
-# %% ../nbs/07_train.ipynb #f5a0f905
+# %% ../nbs/07_train.ipynb #ca9f6eea
 def _batch(cache, idx, device):
+    "Prompts `idx` of the cache in float32 on `device`: h^M, h^k, entropy, mask, positions, ids."
     idx = idx.to(cache.device)
     m = cache.mask[idx]
     return (
@@ -88,11 +84,11 @@ def _batch(cache, idx, device):
         None if cache.ids is None else cache.ids[idx].to(device),
     )
 
-
+# %% ../nbs/07_train.ipynb #30a71641
 def zero_pads(
     cache: HiddenCache,  # calibration hidden states
 ) -> HiddenCache:
-    "`cache` when its pad positions hold zeros (as `build_cache` stores them), else a copy with zeros there (NaN and huge values included)."
+    "`cache` when its pad positions hold zeros (as `build_cache` stores them), else a copy with zeros there."
     pad = ~cache.mask
     if not any(bool(getattr(cache, k)[pad].ne(0).any()) for k in ('merged', 'target', 'entropy')):
         return cache
@@ -101,14 +97,15 @@ def zero_pads(
         getattr(out, k)[pad] = 0
     return out
 
-
-def _diverged(step, iters, value, lr, loss, what):
+# %% ../nbs/07_train.ipynb #d722827b
+def _diverged(step, iters, *, value, lr, loss, what):
+    "The error that stops a training whose loss or parameters are no longer finite."
     return FloatingPointError(
         f"train_surgery: {what} at step {step} of {iters} (loss={loss!r}, loss value {value}, lr={lr}): "
         f"training diverged and is stopped; try a smaller lr"
     )
 
-
+# %% ../nbs/07_train.ipynb #92809885
 def train_surgery(
     module: torch.nn.Module,  # a surgery module: forward(h, positions) -> corrected h
     cache: HiddenCache,  # calibration hidden states
@@ -122,29 +119,28 @@ def train_surgery(
     betas: tuple[float, float] = (0.9, 0.999),  # Adam betas
 ) -> list[float]:
     "Train `module` in place on `cache`; returns the loss after each step."
-    _check_train_args(cache, loss, iters, batch_size, lr, head, betas, seed)
+    _check_train_args(cache, loss, iters=iters, batch_size=batch_size, lr=lr, head=head, betas=betas, seed=seed)
     cache, dev = zero_pads(cache), _module_device(module)
     w = None if head is None else _frozen_weight(head, dev)
     params = list(module.parameters())
     opt = torch.optim.Adam(params, lr=lr, betas=betas)
     module.train()
     hist = []
-    bar = tqdm(
-        batch_order(len(cache), batch_size, iters, seed), total=iters, desc=f'surgery/{loss}', disable=not progress
-    )
+    order = batch_order(len(cache), batch_size, iters, seed=seed)
+    bar = tqdm(order, total=iters, desc=f'surgery/{loss}', disable=not progress)
     for step, idx in enumerate(bar, 1):
         hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
-        l = compute_loss(loss, apply_surgery(module, hm, pos, ids), hk, m, entropy=ent, head=w)
+        pred = apply_surgery(module, hm, pos, ids=ids)
+        value = compute_loss(loss, pred, hk, mask=m, entropy=ent, head=w)
         opt.zero_grad(set_to_none=True)
-        l.backward()
-        hist.append(l.item())
+        value.backward()
+        hist.append(value.item())
+        # checked before the step: the weights are still finite
         if not math.isfinite(hist[-1]):
-            raise _diverged(
-                step, iters, hist[-1], lr, loss, 'the loss is not finite'
-            )  # before the step: the weights are still finite
+            raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='the loss is not finite')
         opt.step()
         if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
-            raise _diverged(step, iters, hist[-1], lr, loss, 'a parameter became NaN or inf')
+            raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='a parameter became NaN or inf')
         if step % 10 == 0:
             bar.set_postfix(loss=f'{hist[-1]:.4g}')
     module.eval()
@@ -152,14 +148,16 @@ def train_surgery(
 
 # %% ../nbs/07_train.ipynb #d95a47e1
 def _batches(cache, batch_size, device):
+    "The whole cache in order, `batch_size` prompts at a time (`_batch`)."
     for i in range(0, len(cache), batch_size):
         yield _batch(cache, torch.arange(i, min(i + batch_size, len(cache))), device)
 
-
+# %% ../nbs/07_train.ipynb #5c51f4ca
 def _device_of(module, cache):
+    "Where to measure: the module's device, or the cache's when there is no module."
     return cache.device if module is None else _module_device(module)
 
-
+# %% ../nbs/07_train.ipynb #a6e861ff
 def l1_reduction(
     module: torch.nn.Module | None,  # a surgery module; None = no surgery (rho 0)
     cache: HiddenCache,  # hidden states to measure on (held-out prompts)
@@ -179,24 +177,13 @@ def l1_reduction(
 
 # %% ../nbs/07_train.ipynb #d95a47e2
 @torch.no_grad()
-def argmax_agreement(
-    module: torch.nn.Module | None,  # a surgery module; None = no surgery
-    cache: HiddenCache,  # hidden states to measure on
-    head,  # the expert's LM head (module or V x H weight)
-    batch_size: int = 8,  # prompts per forward pass
-) -> float:
-    "Fraction of real positions where argmax(head(corrected h^M)) == argmax(head(h^k))."
-    return float(token_agreement(module, cache, head, batch_size).nanmean())
-
-
-@torch.no_grad()
 def token_agreement(
     module: torch.nn.Module | None,  # a surgery module; None = no surgery
     cache: HiddenCache,  # hidden states to measure on
     head,  # the expert's LM head (module or V x H weight)
     batch_size: int = 8,  # prompts per forward pass
 ) -> torch.Tensor:
-    "Per token (N x T float32: 1 agree, 0 not, NaN at pads): does the expert's head pick the same token from both states?"
+    "Per token (N x T float32: 1 agree, 0 not, NaN at pads): does the expert's head pick the same token from both?"
     cache.check()
     dev = _device_of(module, cache)
     w = _frozen_weight(head, dev)
@@ -204,7 +191,18 @@ def token_agreement(
         module.eval()
     out = []
     for hm, hk, _, m, pos, ids in _batches(cache, batch_size, dev):
-        hh = hm if module is None else apply_surgery(module, hm, pos, ids)
+        hh = hm if module is None else apply_surgery(module, hm, pos, ids=ids)
         same = (_head_logits(hh, w).argmax(-1) == _head_logits(hk, w).argmax(-1)).float()
         out.append(same.masked_fill(~m, float('nan')).cpu())
     return torch.cat(out)
+
+# %% ../nbs/07_train.ipynb #e0442984
+@torch.no_grad()
+def argmax_agreement(
+    module: torch.nn.Module | None,  # a surgery module; None = no surgery
+    cache: HiddenCache,  # hidden states to measure on
+    head,  # the expert's LM head (module or V x H weight)
+    batch_size: int = 8,  # prompts per forward pass
+) -> float:
+    "Fraction of real positions where argmax(head(corrected h^M)) == argmax(head(h^k))."
+    return float(token_agreement(module, cache, head, batch_size=batch_size).nanmean())

@@ -1,4 +1,4 @@
-"""Bad-input and fault table for the surgery modules, training and the hidden-state cache (issue 16, and issue 17's file names).
+"""Bad-input and fault table for the surgery modules, training and the hidden-state cache (issue 16; issue 17's names).
 
 Every case is either a clear error (its type, and a message naming the path, argument or value) or a correct
 result, and every case checks that nothing half-written is left: no temporary sibling, and the destination
@@ -261,8 +261,8 @@ LOAD_CASES = [
     ('config without hidden_size', drop_key('hidden_size'), ValueError, "missing key 'hidden_size'"),
     ('config without rank', drop_key('rank'), ValueError, "missing key 'rank'"),
     ('config without kind', drop_key('kind'), ValueError, 'kind=None'),
-    ('max_len a string', set_key('max_len', '4'), ValueError, "max_len='4', expected an int >= 1"),
-    ('rank 0', set_key('rank', 0), ValueError, 'rank=0'),
+    ('max_len a string', set_key('max_len', '4'), ValueError, "max_len: expected an integer >= 1, got '4'"),
+    ('rank 0', set_key('rank', 0), ValueError, 'rank: expected an integer >= 1, got 0'),
     ('max_len that does not match the weights', set_key('max_len', 5), ValueError, 'do not match'),
     ('garbled config', lambda p: (p / CONFIG).write_text('{"kind": "posi'), ValueError, 'corrupt JSON'),
     ('config not a dict', lambda p: (p / CONFIG).write_text('[1, 2]'), ValueError, 'kind=None'),
@@ -436,7 +436,7 @@ CHILD_SAVER = textwrap.dedent('''
 
 
 def test_sigkill_during_saves_never_leaves_the_destination_incomplete(tmp_path):
-    "A child saves two versions in a loop; the parent loads meanwhile, then SIGKILLs it: every load is one whole version."
+    "A child saves two versions in a loop; the parent loads meanwhile, then SIGKILLs it: each load is a whole version."
     p = save_surgery(filled(1.0), tmp_path / 'm', seed=1)
     child = subprocess.Popen([sys.executable, '-c', CHILD_SAVER, str(p)], stdout=subprocess.PIPE, text=True)
     try:
@@ -547,11 +547,12 @@ def test_nonfinite_values_at_pads_do_not_poison_training(bad, loss):
 
 
 def versioned_cache(v, N=4, T=32, Hc=64):
-    "A cache whose every value and its meta say `v`."
-    f = lambda *s: torch.full(s, float(v))
-    return HiddenCache(
-        f(N, T, Hc), f(N, T, Hc), f(N, T), torch.ones(N, T, dtype=torch.bool), {'v': v}
-    )  # float32: every v exact
+    "A cache whose every value and its meta say `v` (float32: every v exact)."
+
+    def f(*s):
+        return torch.full(s, float(v))
+
+    return HiddenCache(f(N, T, Hc), f(N, T, Hc), f(N, T), torch.ones(N, T, dtype=torch.bool), {'v': v})
 
 
 def whole(c):
@@ -605,10 +606,12 @@ def test_concurrent_cache_saves_and_loads_threads(tmp_path):
 CHILD_CACHE_SAVER = textwrap.dedent('''
     import sys, torch
     from darts_nb.cache import HiddenCache
-    f = lambda v, *s: torch.full(s, float(v))
+    def f(v, *s):
+        return torch.full(s, float(v))
     print('ready', flush=True)
     for i in range(10**9):
-        HiddenCache(f(i, 4, 32, 64), f(i, 4, 32, 64), f(i, 4, 32), torch.ones(4, 32, dtype=torch.bool), {'v': i}).save(sys.argv[1])
+        mask = torch.ones(4, 32, dtype=torch.bool)
+        HiddenCache(f(i, 4, 32, 64), f(i, 4, 32, 64), f(i, 4, 32), mask, {'v': i}).save(sys.argv[1])
 ''')
 
 
@@ -742,22 +745,34 @@ REAL_FULL_DISK = textwrap.dedent('''
     import errno, json, os, sys, torch
     from darts_nb.cache import HiddenCache
     from darts_nb.surgery import PositionSurgery, save_surgery, load_surgery
-    d = sys.argv[1]; out = {}
-    f = lambda v, *s: torch.full(s, float(v))
-    small = HiddenCache(f(1, 1, 4, 8), f(1, 1, 4, 8), f(1, 1, 4), torch.ones(1, 4, dtype=torch.bool), {'v': 1}).save(d + '/c')
+    d = sys.argv[1]
+    out = {}
+    def f(v, *s):
+        return torch.full(s, float(v))
+    def ones(*s):
+        return torch.ones(*s, dtype=torch.bool)
+    small = HiddenCache(f(1, 1, 4, 8), f(1, 1, 4, 8), f(1, 1, 4), ones(1, 4), {'v': 1}).save(d + '/c')
     save_surgery(PositionSurgery(8, 2, 4), d + '/m', seed=1)
-    big = HiddenCache(f(2, 8, 128, 256), f(2, 8, 128, 256), f(2, 8, 128), torch.ones(8, 128, dtype=torch.bool), {'v': 2})
-    for name, fn in (('cache', lambda: big.save(d + '/c')), ('module', lambda: save_surgery(PositionSurgery(512, 2, 512), d + '/m', seed=2))):
-        try: fn(); out[name] = 'saved'
-        except OSError as e: out[name] = [e.errno, str(e)]
+    big = HiddenCache(f(2, 8, 128, 256), f(2, 8, 128, 256), f(2, 8, 128), ones(8, 128), {'v': 2})
+    saves = {
+        'cache': lambda: big.save(d + '/c'),
+        'module': lambda: save_surgery(PositionSurgery(512, 2, 512), d + '/m', seed=2),
+    }
+    for name, fn in saves.items():
+        try:
+            fn()
+            out[name] = 'saved'
+        except OSError as e:
+            out[name] = [e.errno, str(e)]
     out['files'] = sorted(os.listdir(d)) + sorted(os.listdir(d + '/c')) + sorted(os.listdir(d + '/m'))
-    out['cache_v'] = HiddenCache.load(d + '/c', device='cpu').meta['v']; out['module_seed'] = load_surgery(d + '/m').meta['seed']
+    out['cache_v'] = HiddenCache.load(d + '/c', device='cpu').meta['v']
+    out['module_seed'] = load_surgery(d + '/m').meta['seed']
     print(json.dumps(out))
 ''')
 
 
 def test_real_full_disk_on_a_tiny_tmpfs(tmp_path):
-    "On a real 256 KiB tmpfs (a private mount namespace): both saves fail clearly and the previous cache and module stay."
+    "On a real 256 KiB tmpfs (a private mount namespace): both saves fail clearly; the previous cache and module stay."
     if not shutil.which('unshare'):
         pytest.skip('unshare is not installed: no private tmpfs')
     d = tmp_path / 'full'
@@ -790,7 +805,7 @@ def fake_build(monkeypatch):
     calls = []
 
     def build_cache(
-        m, t, tok, prompts, max_len, dtype, dev, batch_size, target_tokenizer=None, progress=True, spans=None
+        m, t, tok, prompts, max_len, dtype, device, batch_size, target_tokenizer=None, progress=True, spans=None
     ):
         calls.append((m, t, tuple(prompts), max_len, spans))
         c = versioned_cache(len(calls), N=len(prompts), T=max_len, Hc=4)
@@ -867,7 +882,7 @@ def test_corrupt_cache_is_built_again(tmp_path, fake_build):
 
 @pytest.mark.parametrize('what', ['module', 'cache'])
 def test_racing_first_saves_of_one_path(tmp_path, monkeypatch, what):
-    "Writers that all found no folder put theirs in place at once (the race core._swap leaves): none fails, one whole version stays."
+    "Writers that all found no folder put theirs in place at once (the race core._swap leaves): none fails, one stays."
     errors, orig = [], core._swap
 
     def racing_swap(tmp, final):

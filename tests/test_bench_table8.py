@@ -1,4 +1,4 @@
-"bench/bench_table8.py --tiny on the CPU: it finishes, and its CSV/JSON hold every Table 8 phase for Standard and DARTS."
+"bench/bench_table8.py --tiny on the CPU: it finishes, and its CSV/JSON hold every Table 8 phase for both kinds."
 
 import csv
 import json

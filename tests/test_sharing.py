@@ -1,5 +1,6 @@
-"""A trained module shared like a PEFT adapter (issue 17): a model card in every saved folder, from_pretrained from a folder or the hub
-(mocked: nothing reaches the network), push_to_hub through huggingface_hub's API (a stand-in that records the calls)."""
+"""A trained module shared like a PEFT adapter (issue 17): a model card in every saved folder, from_pretrained from a
+folder or the hub (mocked: nothing reaches the network), push_to_hub through huggingface_hub's API (a stand-in that
+records the calls)."""
 
 from pathlib import Path
 import pytest

@@ -10,7 +10,6 @@ from darts_nb.surgery import (
     PositionSurgery,
     AddSurgery,
     ParallelSurgery,
-    SURGERY_KINDS,
     attach_surgery,
     detach_surgery,
     surgery_of,
@@ -63,15 +62,15 @@ def test_bad_inputs(cls):
         m(torch.randn(1, 4, 8), torch.tensor([[0, 1, -1, 2]]))
     with pytest.raises(TypeError, match='integer'):
         m(torch.randn(1, 4, 8), torch.zeros(1, 4))
-    with pytest.raises(ValueError, match='rank=0'):
+    with pytest.raises(ValueError, match='rank: expected an integer >= 1, got 0'):
         make(cls, r=0)
-    with pytest.raises(ValueError, match='hidden_size=0'):
+    with pytest.raises(ValueError, match='hidden_size: expected an integer >= 1, got 0'):
         make(cls, H=0)
 
 
 @pytest.mark.parametrize('cls', [PositionSurgery, AddSurgery, ParallelSurgery])
 def test_max_len(cls):
-    with pytest.raises(ValueError, match='max_len=0'):
+    with pytest.raises(ValueError, match='max_len: expected an integer >= 1, got 0'):
         make(cls, L=0)
     m = randomise(make(cls, L=3))
     h = torch.randn(1, 6, 8)

@@ -7,7 +7,7 @@ from darts_nb.cache import HiddenCache
 from darts_nb.core import positions_from_mask
 from darts_nb.losses import l1_loss, ewl1_loss, kl_logits_loss, ce_distill_loss, get_loss, compute_loss, LOSSES
 from darts_nb.train import train_surgery, l1_reduction, argmax_agreement, batch_order
-from darts_nb.surgery import make_surgery
+from darts_nb.surgery import make_surgery, SURGERY_KINDS
 
 
 class Shift(torch.nn.Module):
@@ -112,7 +112,12 @@ BAD = [  # (description, call, exception, text the message must contain)
         'shapes',
     ),
     ('split out of range', lambda: cache().split(99), ValueError, 'n:'),
-    ('unknown kind', lambda: make_surgery('wide', 4), ValueError, "kind='wide'"),
+    (
+        'unknown kind',
+        lambda: make_surgery('wide', 4),
+        ValueError,
+        f"kind: expected one of {list(SURGERY_KINDS)}, got 'wide'",
+    ),
 ]
 
 
