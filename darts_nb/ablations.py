@@ -1,4 +1,4 @@
-"""The records of the paper's ablations on ta-0.5: the loss (Table 5), loss x module (Tables 6, 10), position variants (Table 11), steps (Table 12), rank (Table 13), calibration size (Table 9) and learning rate (Figure 3).
+"""The records of the paper's ablations on ta-0.5: the loss, the module, position variants, hyper-parameters.
 
 Docs: https://darts-nb.github.io/darts_nb/ablations.html.md"""
 
@@ -32,64 +32,80 @@ class Ablation:
     paper: str | None  # the published table (darts_nb.stats.paper_table), None when the paper only plots it
     key: str | tuple  # the published table's label column(s)
     arms: tuple  # (label, Arm) pairs: the full grid, labelled like the published rows
-    claims: Callable | None = (
-        None  # claims(run, grid, a, pa) -> claim lines; a / pa: the run's / the paper's averages by label
-    )
+    # claims(run, grid, a, pa=pa) -> claim lines; a / pa: the run's / the paper's averages by label
+    claims: Callable | None = None
     quick: tuple = ()  # the labels kept with `quick` (empty: all)
     core: Callable | None = None  # like `claims`, for the core claims the report shows first
     params: str = ''  # a parameter-count column: 'extra' (over the 'Standard' row), 'total' (per domain), '' none
 
     def grid(self, quick: bool = False) -> dict[str, Arm]:
         "The arms run: every one, or the `quick` labels with `quick=True`."
-        return {l: a for l, a in self.arms if not (quick and self.quick) or l in self.quick}
+        return {label: a for label, a in self.arms if not (quick and self.quick) or label in self.quick}
 
-
+# %% ../nbs/19_ablations.ipynb #962ab104
 def ablation_table(
     run: Run,  # the run
     ab: Ablation,  # the ablation
 ) -> pd.DataFrame:
-    "Task scores of an ablation's arms (rows labelled as in the paper) per domain, with the average and parameter counts."
+    "Task scores of an ablation's arms (rows labelled as in the paper) per domain, the average, parameter counts."
     t = arm_scores(run, 'ta-0.5', ab.grid(run.quick))
     cfg = merges_dir(run) / 'ta-0.5' / 'config.json'
     if t.empty or not ab.params or not cfg.exists():
         return t
     c = json.loads(cfg.read_text())
     params = {
-        l: n_params(make_surgery(a.kind, c['hidden_size'], a.rank, vocab_size=c.get('vocab_size')))
-        for l, a in ab.arms
-        if l in t.index
+        label: n_params(make_surgery(a.kind, c['hidden_size'], a.rank, vocab_size=c.get('vocab_size')))
+        for label, a in ab.arms
+        if label in t.index
     }
     if ab.params == 'total':
-        t['params per domain'] = [f'{params[l]:,}' for l in t.index]
+        t['params per domain'] = [f'{params[label]:,}' for label in t.index]
     elif 'Standard' in params:
-        t['extra params'] = [f"{params[l] - params['Standard']:,}" for l in t.index]
+        t['extra params'] = [f"{params[label] - params['Standard']:,}" for label in t.index]
     return t
 
 # %% ../nbs/19_ablations.ipynb #e4d97200
-def _has(a, *labels):
-    return all(l in a.index for l in labels)
+def _has(a, labels):
+    "Whether the averages `a` have every label."
+    return all(label in a.index for label in labels)
 
-
-def beats(run: Run, grid: dict, a: str, b: str) -> dict:
+# %% ../nbs/19_ablations.ipynb #df4f849a
+def beats(
+    run: Run,  # the run
+    grid: dict,  # label -> Arm
+    a: str,  # a label of `grid`
+    b: str,  # another one
+) -> dict:
     "Average of arm `a` minus arm `b` over the domains on ta-0.5, paired over items."
-    return arms_stat(run, 'ta-0.5', {a: grid[a], b: grid[b]}, lambda m: m[a] - m[b])
+    return arms_stat(run, 'ta-0.5', {a: grid[a], b: grid[b]}, stat=lambda m: m[a] - m[b])
 
-
-def margin(run: Run, grid: dict, best: str) -> dict:
+# %% ../nbs/19_ablations.ipynb #23e5e5b9
+def margin(
+    run: Run,  # the run
+    grid: dict,  # label -> Arm
+    best: str,  # the label claimed to be the best
+) -> dict:
     "Arm `best`'s average minus the best of the others' (positive: `best` is the best)."
-    return arms_stat(run, 'ta-0.5', grid, lambda m: m[best] - m.drop(best).max())
+    return arms_stat(run, 'ta-0.5', grid, stat=lambda m: m[best] - m.drop(best).max())
 
-
-def spread(run: Run, grid: dict) -> dict:
+# %% ../nbs/19_ablations.ipynb #87463172
+def spread(
+    run: Run,  # the run
+    grid: dict,  # label -> Arm
+) -> dict:
     "The largest minus the smallest average of the arms."
-    return arms_stat(run, 'ta-0.5', grid, lambda m: m.max() - m.min())
+    return arms_stat(run, 'ta-0.5', grid, stat=lambda m: m.max() - m.min())
 
-
-def shortfall(run: Run, grid: dict, label: str) -> dict:
+# %% ../nbs/19_ablations.ipynb #a218658f
+def shortfall(
+    run: Run,  # the run
+    grid: dict,  # label -> Arm
+    label: str,  # the label claimed to be near the best
+) -> dict:
     "The best average minus arm `label`'s (0 when it is the best)."
-    return arms_stat(run, 'ta-0.5', grid, lambda m: m.max() - m[label])
+    return arms_stat(run, 'ta-0.5', grid, stat=lambda m: m.max() - m[label])
 
-
+# %% ../nbs/19_ablations.ipynb #5aee8ab7
 def _flat(what: str):
     "The claim that the average varies by less than 2 pp across a hyper-parameter."
 
@@ -97,29 +113,29 @@ def _flat(what: str):
         if len(a) < 2:
             return []
         r, paper = (
-            spread(run, {l: grid[l] for l in a.index}),
+            spread(run, {label: grid[label] for label in a.index}),
             f'{pa.max() - pa.min():.1f} pp' if pa is not None and len(pa) else 'under 2 pp',
         )
         return [
             claim(
-                verdict(r['lo'], r['hi'], '<', 2.0),
+                verdict(r['lo'], r['hi'], expect='<', at=2.0),
                 f'the average varies by less than 2 pp across {what}: spread {ci(r)} (paper: {paper}).',
             )
         ]
 
     return claims
 
-
+# %% ../nbs/19_ablations.ipynb #bf9376b0
 def _near_best(label: str, what: str):
     "The claim that the paper's default is within 1 pp of the best setting."
 
     def claims(run, grid, a, pa):
-        if not _has(a, label) or len(a) < 2:
+        if not _has(a, [label]) or len(a) < 2:
             return []
-        r = shortfall(run, {l: grid[l] for l in a.index}, label)
+        r = shortfall(run, {lab: grid[lab] for lab in a.index}, label)
         return [
             claim(
-                verdict(r['lo'], r['hi'], '<', 1.0),
+                verdict(r['lo'], r['hi'], expect='<', at=1.0),
                 f'{what} {label} is within 1 pp of the best: the best average is above it by {ci(r)} '
                 f'(paper: {pa[label]:.1f} vs best {pa.max():.1f}).',
             )
@@ -129,7 +145,7 @@ def _near_best(label: str, what: str):
 
 # %% ../nbs/19_ablations.ipynb #e4d97201
 def _ablation_section(ab: Ablation, extra=None):
-    "The report section of an ablation; `extra(run, t, figs, sec)` adds what only that ablation has."
+    "The report section of an ablation; `extra(run, t, figs, sec=sec)` adds what only that ablation has."
 
     def section(run: Run, figs: Path) -> Section | None:
         t = ablation_table(run, ab)
@@ -142,53 +158,58 @@ def _ablation_section(ab: Ablation, extra=None):
             (paper['Avg (paper)'].dropna() if paper is not None and 'Avg (paper)' in paper else None),
         )
         if extra:
-            extra(run, t, figs, sec)
+            extra(run, t, figs, sec=sec)
         if ab.claims and len(a):
-            sec.claims += ab.claims(run, ab.grid(run.quick), a, pa)
+            sec.claims += ab.claims(run, ab.grid(run.quick), a, pa=pa)
         if ab.core and len(a):
-            sec.core += ab.core(run, ab.grid(run.quick), a, pa)
+            sec.core += ab.core(run, ab.grid(run.quick), a, pa=pa)
         return sec
 
     return section
 
-
+# %% ../nbs/19_ablations.ipynb #5fc01f20
 def ablation_record(
     name: str,  # the registry key
     ab: Ablation,  # the ablation
     paper: str,  # the heading's published result, e.g. 'Table 5'
-    extra=None,  # extra(run, table, figures_dir, section): tables or figures only this ablation has
+    extra=None,  # extra(run, table, figures_dir, sec=section): tables or figures only this ablation has
 ) -> Experiment:
     "The record of an ablation: it runs its grid on ta-0.5."
     ABLATIONS[name] = ab
-    run = lambda r: arms_over(r, ['ta-0.5'], list(ab.grid(r.quick).values()), name)
-    return Experiment(name, paper, f'{ab.title} on ta-0.5', run, _ablation_section(ab, extra), ab.arms)
+
+    def run_grid(r: Run):
+        arms_over(r, ['ta-0.5'], list(ab.grid(r.quick).values()), desc=name)
+
+    return Experiment(
+        name, paper, f'{ab.title} on ta-0.5', run=run_grid, section=_ablation_section(ab, extra), arms=ab.arms
+    )
 
 
 ABLATIONS: dict[str, Ablation] = {}
 
 # %% ../nbs/19_ablations.ipynb #e0b1c2e5
 def _loss_claims(run, grid, a, pa):
-    if not _has(a, 'L1 (original)', 'EWL1') or len(a) < 3:
+    if not _has(a, ['L1 (original)', 'EWL1']) or len(a) < 3:
         return []
-    m = margin(run, {l: grid[l] for l in a.index}, 'EWL1')
+    m = margin(run, {label: grid[label] for label in a.index}, 'EWL1')
     return [
         claim(
             verdict(m['lo'], m['hi']),
-            f'EWL1 has the best average of the {len(a)} losses: ahead of the next by {ci(m)} (paper: EWL1 {pa["EWL1"]:.1f}, '
-            f'next {pa.drop("EWL1").max():.1f}).',
+            f'EWL1 has the best average of the {len(a)} losses: ahead of the next by {ci(m)} '
+            f'(paper: EWL1 {pa["EWL1"]:.1f}, next {pa.drop("EWL1").max():.1f}).',
         )
     ]
 
-
+# %% ../nbs/19_ablations.ipynb #75c2d0b7
 def _ewl1_vs_l1(run, grid, a, pa):
-    if not _has(a, 'L1 (original)', 'EWL1'):
+    if not _has(a, ['L1 (original)', 'EWL1']):
         return []
-    r = beats(run, grid, 'EWL1', 'L1 (original)')
+    r = beats(run, grid, a='EWL1', b='L1 (original)')
     return [
         claim(
             verdict(r['lo'], r['hi']),
-            f'EWL1 beats L1 (Standard surgery on ta-0.5, averaged over the domains): {ci(r)} (paired over {r["n"]} item '
-            f'scores; paper {pa["EWL1"] - pa["L1 (original)"]:+.1f} pp).',
+            f'EWL1 beats L1 (Standard surgery on ta-0.5, averaged over the domains): {ci(r)} (paired over '
+            f'{r["n"]} item scores; paper {pa["EWL1"] - pa["L1 (original)"]:+.1f} pp).',
         )
     ]
 
@@ -197,15 +218,15 @@ LOSS = ablation_record(
     'loss',
     Ablation(
         'loss ablation (Standard surgery)',
-        'table5',
-        'loss',
-        (
+        paper='table5',
+        key='loss',
+        arms=(
             ('L1 (original)', STANDARD_L1),
             ('KL on logits', Arm('standard', 'kl')),
             ('cross-entropy distillation', Arm('standard', 'ce')),
             ('EWL1', STANDARD_EWL1),
         ),
-        _loss_claims,
+        claims=_loss_claims,
         quick=('L1 (original)', 'EWL1'),
         core=_ewl1_vs_l1,
     ),
@@ -214,12 +235,12 @@ LOSS = ablation_record(
 
 # %% ../nbs/19_ablations.ipynb #a0c1b2d8
 def _module_claims(run, grid, a, pa):
-    if not _has(a, 'EWL1 / Standard', 'EWL1 / + position corr.', 'L1 / Standard', 'L1 / + position corr.'):
+    if not _has(a, ['EWL1 / Standard', 'EWL1 / + position corr.', 'L1 / Standard', 'L1 / + position corr.']):
         return []
-    d = beats(run, grid, 'EWL1 / + position corr.', 'EWL1 / Standard')
+    d = beats(run, grid, a='EWL1 / + position corr.', b='EWL1 / Standard')
     e1, e2 = (
-        beats(run, grid, 'EWL1 / Standard', 'L1 / Standard'),
-        beats(run, grid, 'EWL1 / + position corr.', 'L1 / + position corr.'),
+        beats(run, grid, a='EWL1 / Standard', b='L1 / Standard'),
+        beats(run, grid, a='EWL1 / + position corr.', b='L1 / + position corr.'),
     )
     both = (
         'AGREES'
@@ -236,11 +257,12 @@ def _module_claims(run, grid, a, pa):
         ),
         claim(
             both,
-            f'Table 10: EWL1 beats L1 with both modules: {ci(e1)} with Standard, {ci(e2)} with the position table (paper: +3.8 and +4.6 pp).',
+            f'Table 10: EWL1 beats L1 with both modules: {ci(e1)} with Standard, {ci(e2)} with the position table '
+            '(paper: +3.8 and +4.6 pp).',
         ),
     ]
 
-
+# %% ../nbs/19_ablations.ipynb #94455be0
 def _table6(run, t, figs, sec):
     "Table 6: the EWL1 rows of Table 10 and their difference."
     if not {'EWL1 / Standard', 'EWL1 / + position corr.'} <= set(t.index):
@@ -256,31 +278,31 @@ MODULE = ablation_record(
     'module',
     Ablation(
         'loss x module',
-        'table10',
-        ('loss', 'module'),
-        (
+        paper='table10',
+        key=('loss', 'module'),
+        arms=(
             ('L1 / Standard', STANDARD_L1),
             ('L1 / + position corr.', Arm('position', 'l1')),
             ('EWL1 / Standard', STANDARD_EWL1),
             ('EWL1 / + position corr.', DARTS),
         ),
-        _module_claims,
+        claims=_module_claims,
     ),
     'Tables 10 and 6',
-    _table6,
+    extra=_table6,
 )
 
 # %% ../nbs/19_ablations.ipynb #e0b1c2e7
 def _variant_claims(run, grid, a, pa):
-    if not _has(a, 'position correction (DARTS)') or len(a) < 2:
+    if not _has(a, ['position correction (DARTS)']) or len(a) < 2:
         return []
-    m = margin(run, {l: grid[l] for l in a.index}, 'position correction (DARTS)')
+    m = margin(run, {label: grid[label] for label in a.index}, 'position correction (DARTS)')
     return [
         claim(
             verdict(m['lo'], m['hi']),
             'the direct position table (DARTS) is the best position variant: ahead of the next by '
             f'{ci(m)}; '
-            + ', '.join(f'{l} {v:.1f}' for l, v in a.items())
+            + ', '.join(f'{label} {v:.1f}' for label, v in a.items())
             + ' (paper: DARTS 42.3, Standard 41.4, Add 41.3, Parallel 37.6).',
         )
     ]
@@ -290,15 +312,15 @@ VARIANTS = ablation_record(
     'variants',
     Ablation(
         'position variants (EWL1, rank 16)',
-        'table11',
-        'variant',
-        (
+        paper='table11',
+        key='variant',
+        arms=(
             ('Standard', STANDARD_EWL1),
             ('Add', Arm('add')),
             ('Parallel', Arm('parallel')),
             ('position correction (DARTS)', DARTS),
         ),
-        _variant_claims,
+        claims=_variant_claims,
         params='extra',
     ),
     'Table 11',
@@ -307,12 +329,12 @@ STEPS = ablation_record(
     'steps',
     Ablation(
         'training steps (DARTS)',
-        'table12',
-        'steps',
-        tuple(
+        paper='table12',
+        key='steps',
+        arms=tuple(
             (f'{i} (default)' if i == 500 else str(i), replace(DARTS, iters=i)) for i in (50, 100, 200, 400, 500, 1000)
         ),
-        _flat('training steps'),
+        claims=_flat('training steps'),
         quick=('50', '500 (default)', '1000'),
     ),
     'Table 12',
@@ -321,10 +343,10 @@ RANK = ablation_record(
     'rank',
     Ablation(
         'surgery rank (DARTS)',
-        'table13',
-        'rank',
-        tuple((str(r), replace(DARTS, rank=r)) for r in (16, 32, 64, 128)),
-        _near_best('16', 'rank'),
+        paper='table13',
+        key='rank',
+        arms=tuple((str(r), replace(DARTS, rank=r)) for r in (16, 32, 64, 128)),
+        claims=_near_best('16', 'rank'),
         quick=('16', '64'),
         params='total',
     ),
@@ -334,10 +356,10 @@ CALIB = ablation_record(
     'calib',
     Ablation(
         'calibration size N (DARTS)',
-        'table9',
-        'N',
-        tuple((str(n), replace(DARTS, calib_n=n)) for n in (10, 20, 30, 50, 100)),
-        _near_best('50', 'N ='),
+        paper='table9',
+        key='N',
+        arms=tuple((str(n), replace(DARTS, calib_n=n)) for n in (10, 20, 30, 50, 100)),
+        claims=_near_best('50', 'N ='),
         quick=('10', '50', '100'),
     ),
     'Table 9',
@@ -359,15 +381,16 @@ def _plot_lr(t: pd.DataFrame, path: Path) -> Path:
     plt.close(fig)
     return path
 
-
+# %% ../nbs/19_ablations.ipynb #f5da5fcc
 def _figure3(run, t, figs, sec):
     "Figure 3 (the paper only plots this ablation) and its best learning rate."
     sec.figures.append(('figure 3', _plot_lr(t, figs / 'figure3.png')))
     sec.notes.append(
-        'The paper only plots this: the average varies by less than 2 pp over 1e-4 to 5e-3, and 1e-3 is best on AlpacaEval and on the average.'
+        'The paper only plots this: the average varies by less than 2 pp over 1e-4 to 5e-3, and 1e-3 is best on '
+        'AlpacaEval and on the average.'
     )
     if '0.001' in t.index and len(t) > 1:
-        m = margin(run, {l: a for l, a in ABLATIONS['lr'].grid(run.quick).items() if l in t.index}, '0.001')
+        m = margin(run, {lab: a for lab, a in ABLATIONS['lr'].grid(run.quick).items() if lab in t.index}, '0.001')
         sec.claims.append(
             claim(
                 verdict(m['lo'], m['hi']), f'1e-3 gives the best average: ahead of the next learning rate by {ci(m)}.'
@@ -379,14 +402,14 @@ LR = ablation_record(
     'lr',
     Ablation(
         'learning rate (DARTS)',
-        None,
-        'lr',
-        tuple((f'{l:g}', replace(DARTS, lr=l)) for l in (1e-4, 5e-4, 1e-3, 2e-3, 5e-3)),
-        _flat('learning rates'),
+        paper=None,
+        key='lr',
+        arms=tuple((f'{lr:g}', replace(DARTS, lr=lr)) for lr in (1e-4, 5e-4, 1e-3, 2e-3, 5e-3)),
+        claims=_flat('learning rates'),
         quick=('0.0001', '0.001', '0.005'),
     ),
     'Figure 3',
-    _figure3,
+    extra=_figure3,
 )
 
 RECORDS = (LOSS, MODULE, VARIANTS, STEPS, RANK, CALIB, LR)  # in the report's order

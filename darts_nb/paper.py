@@ -1,4 +1,4 @@
-"""The records of the paper's main results: Table 2, the merge sweep, Tables 1 and 3, Figure 1, the seed study (Tables 4, 14, 15) and the calibration cost (Table 8).
+"""The records of the paper's main results: Tables 1 to 4, 8, 14 and 15, Figure 1 and the merge sweep.
 
 Docs: https://darts-nb.github.io/darts_nb/paper.html.md"""
 
@@ -42,18 +42,10 @@ __all__ = ['PAPER_MODELS_ROWS', 'EXPERTS', 'SWEEP', 'MAIN_ARMS', 'FLOOR', 'MAIN'
            'exp_bias_vs_score', 'rho_ci', 'bias_score_table', 'exp_bias', 'exp_seeds', 'seed_frame', 'exp_cost']
 
 # %% ../nbs/18_paper.ipynb #p0a1b2c6
-PAPER_MODELS_ROWS = {
-    'Llama-2-7B (base)': 'base',
-    'Llama-2-7B-Code': 'code',
-    'WizardMath-7B-v1.0': 'math',
-    'Llama-2-7B-Instruct': 'instruct',
-}
-
-
 def _model_key(run: Run, role: str) -> dict:
     return dict(role='base' if role == 'base' else 'expert', merge_config=role)
 
-
+# %% ../nbs/18_paper.ipynb #b1134dae
 def experts_errors(
     run: Run,  # the run
 ) -> pd.DataFrame:
@@ -61,6 +53,14 @@ def experts_errors(
     df = task_rows(run)
     df = df[df.role.isin(['base', 'expert'])] if len(df) else df
     return df.pivot_table(index='merge_config', columns='domain', values='stderr') if len(df) else pd.DataFrame()
+
+# %% ../nbs/18_paper.ipynb #9c0dfe52
+PAPER_MODELS_ROWS = {
+    'Llama-2-7B (base)': 'base',
+    'Llama-2-7B-Code': 'code',
+    'WizardMath-7B-v1.0': 'math',
+    'Llama-2-7B-Instruct': 'instruct',
+}
 
 
 def _experts_section(run: Run, figs: Path) -> Section | None:
@@ -85,7 +85,7 @@ def _experts_section(run: Run, figs: Path) -> Section | None:
     )
 
 
-EXPERTS = Experiment('experts', 'Table 2', 'individual models', stage_experts, _experts_section)
+EXPERTS = Experiment('experts', 'Table 2', 'individual models', run=stage_experts, section=_experts_section)
 
 # %% ../nbs/18_paper.ipynb #p0a1b2c8
 def retention(
@@ -107,7 +107,7 @@ def retention(
         }
     ).T.rename_axis(index='family')
 
-
+# %% ../nbs/18_paper.ipynb #a785d6f9
 def _sweep_section(run: Run, figs: Path) -> Section | None:
     t = sweep_table(run)
     if t.empty:
@@ -125,7 +125,7 @@ def _sweep_section(run: Run, figs: Path) -> Section | None:
     )
 
 
-SWEEP = Experiment('sweep', 'Section 4.1', 'the merge sweep', stage_sweep, _sweep_section)
+SWEEP = Experiment('sweep', 'Section 4.1', 'the merge sweep', run=stage_sweep, section=_sweep_section)
 
 # %% ../nbs/18_paper.ipynb #9f30b116
 MAIN_ARMS = {'none': NONE, 'Standard + L1': STANDARD_L1, 'DARTS': DARTS}
@@ -136,11 +136,11 @@ def exp_main(
     run: Run,  # the run
 ) -> None:
     "Run the three arms of Table 1 on the best merge of each family."
-    arms_over(run, list(best_merges(run).values()), list(MAIN_ARMS.values()), 'main')
+    arms_over(run, list(best_merges(run).values()), list(MAIN_ARMS.values()), desc='main')
 
-
+# %% ../nbs/18_paper.ipynb #18fd88ec
 def _main_frames(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "Table 1 of the run and its standard errors: rows 'family / surgery' (with the merge chosen), columns per domain and the average."
+    "Table 1 of the run and its standard errors (see `main_table`)."
     frames, errs = [], []
     for fam, merge in best_merges(run).items():
         t = arm_scores(run, merge, MAIN_ARMS)
@@ -149,7 +149,7 @@ def _main_frames(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
             errs.append(arm_stderr(run, merge, MAIN_ARMS).rename(index=lambda s: f'{fam} / {s}'))
     return (pd.concat(frames), pd.concat(errs)) if frames else (pd.DataFrame(), pd.DataFrame())
 
-
+# %% ../nbs/18_paper.ipynb #4f7f5809
 def main_table(
     run: Run,  # the run
 ) -> pd.DataFrame:
@@ -161,13 +161,14 @@ def _floor_lines(t: pd.DataFrame) -> list[str]:
     "A line for every domain where every merge without surgery scores below FLOOR."
     none = t[[i.endswith(' / none') for i in t.index]]
     return [
-        f'- **{d} sits at the score floor**: the merges without surgery score {none[d].min():.1f} to {none[d].max():.1f} % there '
-        f'(below {FLOOR:.0f} %), so every surgery comparison in {d} compares near-zero scores.'
+        f'- **{d} sits at the score floor**: the merges without surgery score {none[d].min():.1f} to '
+        f'{none[d].max():.1f} % there (below {FLOOR:.0f} %), so every surgery comparison in {d} compares '
+        'near-zero scores.'
         for d in DOMAINS
         if len(none) and none[d].max() < FLOOR
     ]
 
-
+# %% ../nbs/18_paper.ipynb #0af1a4dc
 def _main_section(run: Run, figs: Path) -> Section | None:
     t, err = _main_frames(run) if len(task_rows(run, role='merged', surgery_kind='')) else (pd.DataFrame(), None)
     if t.empty:
@@ -200,15 +201,21 @@ def _main_section(run: Run, figs: Path) -> Section | None:
             claim(
                 verdict(pooled['lo'], pooled['hi']),
                 f'DARTS beats {what} on the best merges, averaged over the domains and the '
-                f'{len(merges)} families: {ci(pooled)} (paired over {pooled["n"]} item scores); per family {each}. '
-                f'Paper: +{np.mean(pw[b]):.1f} pp on average, DARTS ahead in {sum(x > 0 for x in pw[b])} of 4 families.',
+                f'{len(merges)} families: {ci(pooled)} (paired over {pooled["n"]} item scores); per family '
+                f'{each}. Paper: +{np.mean(pw[b]):.1f} pp on average, DARTS ahead in '
+                f'{sum(x > 0 for x in pw[b])} of 4 families.',
             )
         )
     return sec
 
 
 MAIN = Experiment(
-    'main', 'Table 1', 'main results (best merge of each family)', exp_main, _main_section, tuple(MAIN_ARMS.items())
+    'main',
+    'Table 1',
+    'main results (best merge of each family)',
+    run=exp_main,
+    section=_main_section,
+    arms=tuple(MAIN_ARMS.items()),
 )
 
 # %% ../nbs/18_paper.ipynb #e0b1c2d8
@@ -219,9 +226,9 @@ def exp_bias_vs_score(
     run: Run,  # the run
 ) -> None:
     "Run no surgery and DARTS on task arithmetic lambda 0.5 and 0.7."
-    arms_over(run, list(TABLE3_MERGES), [NONE, DARTS], 'bias_vs_score')
+    arms_over(run, list(TABLE3_MERGES), [NONE, DARTS], desc='bias_vs_score')
 
-
+# %% ../nbs/18_paper.ipynb #e47e3c38
 def rho_ci(
     run: Run,  # the run
     merge: str,  # the merge
@@ -229,19 +236,18 @@ def rho_ci(
     arm=DARTS,  # the arm
 ) -> dict:
     "The arm's held-out rho_L1 (%) with its interval over the held-out prompts: est, lo, hi, n."
-    its = recorded_items(
-        run, merge_config=merge, domain=domain, **arm.key()
-    )  # items computed from this run's inputs only
+    # items computed from this run's inputs only
+    its = recorded_items(run, merge_config=merge, domain=domain, **arm.key())
     w = its[its.metric.isin(['l1_before', 'l1_after'])].pivot_table(index='item', columns='metric', values='value')
     if w.empty:
         return dict(est=float('nan'), lo=float('nan'), hi=float('nan'), n=0)
     return {k: 100 * v if k != 'n' else v for k, v in reduction_ci(w['l1_before'], w['l1_after']).items()}
 
-
+# %% ../nbs/18_paper.ipynb #a8d24165
 def bias_score_table(
     run: Run,  # the run
 ) -> pd.DataFrame:
-    "Rows 'merge / domain': rho_L1 (%) of DARTS and its interval, the score without surgery and with DARTS, and the change (pp)."
+    "Rows 'merge / domain': DARTS's rho_L1 (%) with its interval, the scores without and with DARTS, the change (pp)."
     rows = {}
     for merge, name in TABLE3_MERGES.items():
         s = arm_scores(run, merge, {'none': NONE, 'DARTS': DARTS})
@@ -284,7 +290,8 @@ def _table3_section(run: Run, figs: Path) -> Section | None:
             claim(
                 test_verdict(sr, sp),
                 f'larger bias reductions go with larger score gains: Spearman rho between rho_L1 '
-                f'and the change = {sr:.2f} (p = {sp:.2g}, exact for up to 8 rows) over {len(t)} rows (paper: {pr:.2f}).',
+                f'and the change = {sr:.2f} (p = {sp:.2g}, exact for up to 8 rows) over {len(t)} rows '
+                f'(paper: {pr:.2f}).',
             ),
         ],
     )
@@ -294,9 +301,9 @@ BIAS_VS_SCORE = Experiment(
     'bias_vs_score',
     'Table 3',
     'L1 bias reduction against task score (DARTS)',
-    exp_bias_vs_score,
-    _table3_section,
-    (('none', NONE), ('DARTS', DARTS)),
+    run=exp_bias_vs_score,
+    section=_table3_section,
+    arms=(('none', NONE), ('DARTS', DARTS)),
 )
 
 # %% ../nbs/18_paper.ipynb #2a28ea68
@@ -310,7 +317,7 @@ def exp_bias(
     figs = run.dir / 'figures'
     before, after = {}, {}
     for d in DOMAINS:
-        cal = domain_cache(run, 'ta-0.5', d, 'calib')
+        cal = domain_cache(run, 'ta-0.5', d, split='calib')
         before[d] = token_bias(cal)
         p = run.shared / 'surgery' / 'ta-0.5' / d / DARTS.dirname
         if p.exists():
@@ -321,7 +328,7 @@ def exp_bias(
     atomic_write(run.dir / 'bias_trend.csv', trend.to_csv(index=False))
     return trend.set_index('domain')
 
-
+# %% ../nbs/18_paper.ipynb #0b55b986
 def _bias_section(run: Run, figs: Path) -> Section | None:
     path = run.dir / 'bias_trend.csv'
     if not path.exists():
@@ -331,7 +338,8 @@ def _bias_section(run: Run, figs: Path) -> Section | None:
         [Table('Does the bias grow with position?', trend, digits=3)],
         figures=[('figure 1', figs / 'figure1.png'), ('bias against position', figs / 'bias_trend.png')],
         notes=[
-            "Calibration prompts of ta-0.5; in figure 1 the upper row is the merged model, the lower row the same prompts after DARTS."
+            'Calibration prompts of ta-0.5; in figure 1 the upper row is the merged model, the lower row the same '
+            'prompts after DARTS.'
         ],
         claims=[
             claim(
@@ -344,7 +352,9 @@ def _bias_section(run: Run, figs: Path) -> Section | None:
     )
 
 
-BIAS = Experiment('bias', 'Figure 1', 'token-level bias of ta-0.5 against each expert', exp_bias, _bias_section)
+BIAS = Experiment(
+    'bias', 'Figure 1', 'token-level bias of ta-0.5 against each expert', run=exp_bias, section=_bias_section
+)
 
 # %% ../nbs/18_paper.ipynb #e0b1c2e0
 SEED_ARMS = {'DARTS': DARTS, 'Standard + L1': STANDARD_L1}
@@ -355,9 +365,9 @@ def exp_seeds(
     run: Run,  # the run
 ) -> None:
     "Run DARTS and Standard + L1 over the paper's six calibration seeds on ta-0.5."
-    arms_over(run, ['ta-0.5'], [replace(a, seed=s) for s in PAPER_SEEDS for a in SEED_ARMS.values()], 'seeds')
+    arms_over(run, ['ta-0.5'], [replace(a, seed=s) for s in PAPER_SEEDS for a in SEED_ARMS.values()], desc='seeds')
 
-
+# %% ../nbs/18_paper.ipynb #7c3d14f1
 def seed_frame(
     run: Run,  # the run
 ) -> pd.DataFrame:
@@ -378,14 +388,14 @@ def seed_frame(
 def _seed_label(s) -> str:
     return 'default' if s == 0 else str(s)
 
-
+# %% ../nbs/18_paper.ipynb #f7a2f944
 def _with_mean_std(df: pd.DataFrame) -> pd.DataFrame:
     "`df` with seed labels and a 'mean ± std' row, in the paper's row order."
     out = df.rename(index=_seed_label).round(1).astype(object)
     out.loc['mean ± std'] = [f'{df[c].mean():.1f} ± {df[c].std():.1f}' for c in df.columns]
     return out.reindex([_seed_label(s) for s in PAPER_SEEDS] + ['mean ± std'])
 
-
+# %% ../nbs/18_paper.ipynb #275a5ada
 def _plot_seeds(long: pd.DataFrame, path: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -416,32 +426,36 @@ def _significance(long: pd.DataFrame) -> tuple[list[str], list[str]]:
         rel = '>' if c.mean_diff > 0 else '<' if c.mean_diff < 0 else '='
         notes.append(
             '### Section 6.2: significance over seeds\n\n'
-            f'Shapiro-Wilk on the per-seed averages: DARTS W = {c.shapiro_W_a:.2f}, p = {c.shapiro_p_a:.3f}; Standard + L1 W = {c.shapiro_W_b:.2f}, '
-            f'p = {c.shapiro_p_b:.3f} ({c.reason}), so the test is {name}: **DARTS {rel} Standard + L1, {name} = {c.statistic:.2f}, '
-            f'p = {c.p_two_sided:.3g}** (two-sided; mean difference {c.mean_diff:+.2f} pp). Paper: DARTS W = 0.80, p = 0.059; '
+            f'Shapiro-Wilk on the per-seed averages: DARTS W = {c.shapiro_W_a:.2f}, p = {c.shapiro_p_a:.3f}; '
+            f'Standard + L1 W = {c.shapiro_W_b:.2f}, p = {c.shapiro_p_b:.3f} ({c.reason}), so the test is {name}: '
+            f'**DARTS {rel} Standard + L1, {name} = {c.statistic:.2f}, p = {c.p_two_sided:.3g}** (two-sided; '
+            f'mean difference {c.mean_diff:+.2f} pp). Paper: DARTS W = 0.80, p = 0.059; '
             'Standard W = 0.77, p = 0.034; DARTS > Standard, Mann-Whitney U = 36.0, p = 0.002.'
         )
         claims.append(
             claim(
                 test_verdict(c.mean_diff, c.p_two_sided),
                 f'DARTS is significantly better than Standard + L1 over seeds: {name} = {c.statistic:.2f}, '
-                f'p = {c.p_two_sided:.3g}, mean difference {c.mean_diff:+.2f} pp (paper: U = 36.0, p = 0.002, +2.0 pp).',
+                f'p = {c.p_two_sided:.3g}, mean difference {c.mean_diff:+.2f} pp '
+                '(paper: U = 36.0, p = 0.002, +2.0 pp).',
             )
         )
     except ValueError as e:
         notes.append(f'The section 6.2 test could not run: {e}')
     try:
         r = mixed_effects(long.assign(score=long.score / 100), b='Standard + L1').set_index('term').loc['method[DARTS]']
+        unclean = '' if r.converged else ' (the fit did not converge cleanly: not counted)'
         notes.append(
-            '### Mixed-effects model\n\nscore ~ method + task with a random intercept per seed (scores as fractions): DARTS coefficient '
-            f'beta = {r.coef:.3f}, z = {r.z:.2f}, p = {r.p:.3g}{"" if r.converged else " (the fit did not converge cleanly: not counted)"}. '
+            '### Mixed-effects model\n\nscore ~ method + task with a random intercept per seed (scores as '
+            f'fractions): DARTS coefficient beta = {r.coef:.3f}, z = {r.z:.2f}, p = {r.p:.3g}{unclean}. '
             'Paper: beta = 0.019, z = 3.224, p = 0.001.'
         )
         claims.append(
             claim(
                 test_verdict(r.coef, r.p) if r.converged else 'INCONCLUSIVE',
                 f'the mixed-effects DARTS coefficient is positive and significant: '
-                f'beta = {r.coef:.3f}, p = {r.p:.3g}{"" if r.converged else ", but the fit did not converge"} (paper: 0.019, p = 0.001).',
+                f'beta = {r.coef:.3f}, p = {r.p:.3g}{"" if r.converged else ", but the fit did not converge"} '
+                '(paper: 0.019, p = 0.001).',
             )
         )
     except Exception as e:
@@ -450,7 +464,7 @@ def _significance(long: pd.DataFrame) -> tuple[list[str], list[str]]:
 
 # %% ../nbs/18_paper.ipynb #e0b1c2e3
 def _seed_claims(avg: pd.DataFrame) -> list[str]:
-    "Table 4's two claims: DARTS ahead on the per-seed average (paired t interval) and steadier over seeds (Levene's test)."
+    "Table 4's claims: DARTS ahead on the per-seed average (paired t), and steadier over seeds (Levene)."
     from scipy import stats as sps
 
     d = (avg['DARTS'] - avg['Standard + L1']).to_numpy(dtype=float)
@@ -466,11 +480,12 @@ def _seed_claims(avg: pd.DataFrame) -> list[str]:
         ),
         claim(
             test_verdict(sd_b - sd_a, lev.pvalue),
-            f'DARTS varies less across seeds: std {sd_a:.2f} vs {sd_b:.2f}, Levene p = {lev.pvalue:.2g} (paper: 0.5 vs 1.6).',
+            f'DARTS varies less across seeds: std {sd_a:.2f} vs {sd_b:.2f}, Levene p = {lev.pvalue:.2g} '
+            '(paper: 0.5 vs 1.6).',
         ),
     ]
 
-
+# %% ../nbs/18_paper.ipynb #b3a5e914
 def _seeds_section(run: Run, figs: Path) -> Section | None:
     from darts_nb.stats import paired_tests
 
@@ -499,7 +514,7 @@ def _seeds_section(run: Run, figs: Path) -> Section | None:
                 'Table 15: DARTS vs Standard + L1 per task (paired over seeds)',
                 pt,
                 paper_rows('table15', 'task', PAPER_TASK_ROWS),
-                3,
+                digits=3,
             )
         )
     except ValueError as e:
@@ -514,16 +529,16 @@ SEEDS = Experiment(
     'seeds',
     'Tables 4, 14 and 15',
     'calibration seeds (ta-0.5)',
-    exp_seeds,
-    _seeds_section,
-    tuple((f'{m}, seed {s}', replace(a, seed=s)) for m, a in SEED_ARMS.items() for s in PAPER_SEEDS),
+    run=exp_seeds,
+    section=_seeds_section,
+    arms=tuple((f'{m}, seed {s}', replace(a, seed=s)) for m, a in SEED_ARMS.items() for s in PAPER_SEEDS),
 )
 
 # %% ../nbs/18_paper.ipynb #e0b1c2f1
 def exp_cost(
     run: Run,  # the run
 ) -> None:
-    "Measure Table 8 for Standard and DARTS on the code domain of ta-0.5, twice each, once per run (kept in cost.json)."
+    "Measure Table 8 for Standard and DARTS on ta-0.5's code domain, twice each, once per run (kept in cost.json)."
     from darts_nb.cost import calibration_cost, COST_KINDS
 
     path = run.dir / 'cost.json'
@@ -535,14 +550,19 @@ def exp_cost(
     run.release()  # calibration_cost loads its own two models
     frames = [
         calibration_cost(
-            str(merges_dir(run) / 'ta-0.5'), run.profile.experts['code'], 'code', kind, prompts=texts, device=run.device
+            str(merges_dir(run) / 'ta-0.5'),
+            run.profile.experts['code'],
+            'code',
+            kind=kind,
+            prompts=texts,
+            device=run.device,
         ).assign(kind=kind, repeat=r)
         for r in range(2)
         for kind in COST_KINDS
     ]
     atomic_write(path, pd.concat(frames, ignore_index=True).to_json())
 
-
+# %% ../nbs/18_paper.ipynb #ebdceaed
 def _cost_section(run: Run, figs: Path) -> Section | None:
     from darts_nb.cost import cost_table
 
@@ -571,4 +591,4 @@ def _cost_section(run: Run, figs: Path) -> Section | None:
     )
 
 
-COST = Experiment('cost', 'Table 8', 'calibration cost per domain (code, ta-0.5)', exp_cost, _cost_section)
+COST = Experiment('cost', 'Table 8', 'calibration cost per domain (code, ta-0.5)', run=exp_cost, section=_cost_section)

@@ -1,4 +1,4 @@
-"""The records that test the toy world's premises and go beyond the paper: the placement test, the expert's entropy by token kind, parameter-matched controls for the position table, the calibration text, and what each module does by position.
+"""The records that test the toy world's premises, and those that go beyond the paper.
 
 Docs: https://darts-nb.github.io/darts_nb/premises.html.md"""
 
@@ -78,9 +78,8 @@ def placement_bias(
             models=run.model,
             spans=spans[k],
         )
-        own = (
-            (c.kinds != TOKEN_KINDS.index('context')) & c.mask & (positions_from_mask(c.mask) > 0)
-        )  # the item's own tokens, not <s>
+        # the item's own tokens, not <s>
+        own = (c.kinds != TOKEN_KINDS.index('context')) & c.mask & (positions_from_mask(c.mask) > 0)
         b = token_bias(c)
         out[k] = (torch.where(own.cpu(), b, torch.nan).nanmean(1)).numpy()
         if k == 'context':
@@ -96,7 +95,7 @@ def placement_bias(
         )
     )
 
-
+# %% ../nbs/20_premises.ipynb #2261d883
 def placement_table(
     df: pd.DataFrame,  # `placement_bias` rows (one or more domains)
 ) -> pd.DataFrame:
@@ -114,7 +113,7 @@ def exp_placement(
     "The placement test on ta-0.5's held-out items of every domain (kept in placement.csv)."
     atomic_write(run.dir / 'placement.csv', pd.concat([placement_bias(run, d) for d in DOMAINS]).to_csv(index=False))
 
-
+# %% ../nbs/20_premises.ipynb #d28c7289
 def _plot_placement(df: pd.DataFrame, path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -133,7 +132,7 @@ def _plot_placement(df: pd.DataFrame, path: Path) -> Path:
     plt.close(fig)
     return path
 
-
+# %% ../nbs/20_premises.ipynb #1f540018
 def _placement_section(run: Run, figs: Path) -> Section | None:
     path = run.dir / 'placement.csv'
     if not path.exists():
@@ -148,15 +147,15 @@ def _placement_section(run: Run, figs: Path) -> Section | None:
     )
     per = {d: placement_table(g) for d, g in df.groupby('domain')}
     return Section(
-        [Table('geometric-mean ratio of the item\'s bias after its context to alone, all domains', t, digits=2)]
+        [Table("geometric-mean ratio of the item's bias after its context to alone, all domains", t, digits=2)]
         + [Table(f'{d}', per[d], digits=2) for d in DOMAINS if d in per],
         figures=[('placement test', _plot_placement(df, figs / 'placement.png'))],
         core=[
             claim(
-                verdict(r['lo'], r['hi'], '>', 0.0),
+                verdict(r['lo'], r['hi'], expect='>', at=0.0),
                 f'bias grows with position: the same items have {np.exp(r["diff"]):.2f}x the bias '
-                f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone ({len(late)} items, '
-                'paired; paper: later positions 2-3x the bias of early ones).',
+                f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone '
+                f'({len(late)} items, paired; paper: later positions 2-3x the bias of early ones).',
             )
         ],
     )
@@ -166,8 +165,8 @@ PLACEMENT = Experiment(
     'placement',
     'Premise (section 3.3)',
     'the placement test: the same item alone and after its context',
-    exp_placement,
-    _placement_section,
+    run=exp_placement,
+    section=_placement_section,
     profiles=('toy',),
 )
 
@@ -186,7 +185,7 @@ def entropy_by_kind(
         {'item': rows[:, 0].numpy(), 'kind': np.array(TOKEN_KINDS)[k[m].numpy()], 'entropy': e[m].numpy()}
     )
 
-
+# %% ../nbs/20_premises.ipynb #9776799f
 def entropy_summary(
     df: pd.DataFrame,  # `entropy_by_kind` rows of one domain
 ) -> pd.DataFrame:
@@ -207,10 +206,10 @@ def exp_entropy(
     run: Run,  # the run
 ) -> None:
     "The expert's entropy by kind of token on ta-0.5's held-out text of every domain (kept in entropy.csv)."
-    frames = [entropy_by_kind(domain_cache(run, 'ta-0.5', d, 'eval')).assign(domain=d) for d in DOMAINS]
+    frames = [entropy_by_kind(domain_cache(run, 'ta-0.5', d, split='eval')).assign(domain=d) for d in DOMAINS]
     atomic_write(run.dir / 'entropy.csv', pd.concat(frames).to_csv(index=False))
 
-
+# %% ../nbs/20_premises.ipynb #897af512
 def _entropy_section(run: Run, figs: Path) -> Section | None:
     path = run.dir / 'entropy.csv'
     if not path.exists():
@@ -243,8 +242,8 @@ ENTROPY = Experiment(
     'entropy',
     'Premise (Eq. 6)',
     "the expert's entropy by kind of token",
-    exp_entropy,
-    _entropy_section,
+    run=exp_entropy,
+    section=_entropy_section,
     profiles=('toy',),
 )
 
@@ -261,18 +260,21 @@ def _controls_section(run: Run, figs: Path) -> Section | None:
     t = arm_scores(run, 'ta-0.5', CONTROL_ARMS)
     if t.empty:
         return None
-    rho = arm_metric(run, 'ta-0.5', CONTROL_ARMS, 'rho_l1')
+    rho = arm_metric(run, 'ta-0.5', CONTROL_ARMS, metric='rho_l1')
     t = t.join(rho.rename(columns=lambda c: f'rho_L1 {c} (%)'))
     sec = Section([Table('', t, err=arm_stderr(run, 'ta-0.5', CONTROL_ARMS))])
-    ran = [l for l in ('Token table + EWL1', 'Shuffled positions + EWL1') if l in t.index]
+    ran = [label for label in ('Token table + EWL1', 'Shuffled positions + EWL1') if label in t.index]
     if 'DARTS' in t.index and ran:
-        rs = {l: arms_stat(run, 'ta-0.5', {'a': DARTS, 'b': CONTROL_ARMS[l]}, lambda m: m['a'] - m['b']) for l in ran}
+        rs = {
+            label: arms_stat(run, 'ta-0.5', {'a': DARTS, 'b': CONTROL_ARMS[label]}, stat=lambda m: m['a'] - m['b'])
+            for label in ran
+        }
         sec.claims.append(
             claim(
                 all_verdict([verdict(r['lo'], r['hi']) for r in rs.values()]),
                 'Premise: the gain of the position table comes from the '
                 'positions, not from its parameters: DARTS minus '
-                + '; '.join(f'{l} {ci(r)}' for l, r in rs.items())
+                + '; '.join(f'{label} {ci(r)}' for label, r in rs.items())
                 + '.',
             )
         )
@@ -283,9 +285,9 @@ CONTROLS = Experiment(
     'controls',
     'Beyond the paper',
     'parameter-matched controls for the position table (ta-0.5)',
-    lambda run: arms_over(run, ['ta-0.5'], list(CONTROL_ARMS.values()), 'controls'),
-    _controls_section,
-    tuple(CONTROL_ARMS.items()),
+    run=lambda run: arms_over(run, ['ta-0.5'], list(CONTROL_ARMS.values()), desc='controls'),
+    section=_controls_section,
+    arms=tuple(CONTROL_ARMS.items()),
 )
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d7
@@ -300,11 +302,12 @@ def _calib_text_section(run: Run, figs: Path) -> Section | None:
     if len(t) < 2:
         return None
     a, b = CALIB_TEXT_ARMS.values()
-    r = arms_stat(run, 'ta-0.5', {'a': b, 'b': a}, lambda m: m['a'] - m['b'])
+    r = arms_stat(run, 'ta-0.5', {'a': b, 'b': a}, stat=lambda m: m['a'] - m['b'])
     return Section(
         [Table('', t, err=arm_stderr(run, 'ta-0.5', CALIB_TEXT_ARMS))],
         notes=[
-            f'Prompt + reference minus prompts only, averaged over the domains: {ci(r)} (paired over {r["n"]} item scores).'
+            f'Prompt + reference minus prompts only, averaged over the domains: {ci(r)} '
+            f'(paired over {r["n"]} item scores).'
         ],
     )
 
@@ -313,9 +316,9 @@ CALIB_TEXT = Experiment(
     'calib_text',
     'Beyond the paper',
     'calibration on prompts against prompt + reference (ta-0.5)',
-    lambda run: arms_over(run, ['ta-0.5'], list(CALIB_TEXT_ARMS.values()), 'calib_text'),
-    _calib_text_section,
-    tuple(CALIB_TEXT_ARMS.items()),
+    run=lambda run: arms_over(run, ['ta-0.5'], list(CALIB_TEXT_ARMS.values()), desc='calib_text'),
+    section=_calib_text_section,
+    arms=tuple(CALIB_TEXT_ARMS.items()),
 )
 
 # %% ../nbs/20_premises.ipynb #q0a1b2d9
@@ -328,8 +331,8 @@ def answer_measures(
     arm: Arm,  # the arm (its module is loaded from the run)
     merge: str = 'ta-0.5',  # the merge
 ) -> pd.DataFrame | None:
-    "Per held-out item and position bucket, at answer tokens: summed bias before and after, agreements and tokens (None: no module yet)."
-    held = domain_cache(run, merge, domain, 'eval')
+    "Per held-out item and bucket, at the answers: summed bias before and after, agreements, tokens (None: no module)."
+    held = domain_cache(run, merge, domain, split='eval')
     p = run.shared / 'surgery' / merge / domain / arm.dirname
     if arm.kind != 'none' and not p.exists():
         return None
@@ -369,32 +372,33 @@ def position_table(
             agr.setdefault(label, {})[bk] = f"{100 * a['est']:.1f} [{100 * a['lo']:.1f}, {100 * a['hi']:.1f}]"
     return pd.DataFrame(rho).T, pd.DataFrame(agr).T
 
-
+# %% ../nbs/20_premises.ipynb #a0205c68
 def summary_frames(
     run: Run,  # the run
     merge: str = 'ta-0.5',  # the merge
+    domains=DOMAINS,  # the domains measured
 ) -> dict[str, pd.DataFrame]:
-    "Arm label -> `answer_measures` rows of every domain (item ids made unique per domain), for the arms that have run."
+    "Arm label -> `answer_measures` rows of the domains (item ids made unique per domain), for the arms that have run."
     frames = {}
     for label, arm in SUMMARY_ARMS.items():
-        parts = [(d, answer_measures(run, d, arm, merge)) for d in DOMAINS]
+        parts = [(d, answer_measures(run, d, arm, merge=merge)) for d in domains]
         parts = [m.assign(item=m.item.astype(str) + f'-{d}') for d, m in parts if m is not None]
         if parts:
             frames[label] = pd.concat(parts, ignore_index=True)
     return frames
 
-
+# %% ../nbs/20_premises.ipynb #b6eaa232
 def exp_summary(
     run: Run,  # the run
 ) -> None:
     "Run the summary's arms on ta-0.5, then measure them at the held-out answers (kept in summary.csv)."
-    arms_over(run, ['ta-0.5'], list(SUMMARY_ARMS.values()), 'summary')
+    arms_over(run, ['ta-0.5'], list(SUMMARY_ARMS.values()), desc='summary')
     frames = summary_frames(run)
     atomic_write(
         run.dir / 'summary.csv', pd.concat([f.assign(arm=label) for label, f in frames.items()]).to_csv(index=False)
     )
 
-
+# %% ../nbs/20_premises.ipynb #30d57ab7
 def _summary_section(run: Run, figs: Path) -> Section | None:
     path = run.dir / 'summary.csv'
     if not path.exists():
@@ -412,9 +416,9 @@ def _summary_section(run: Run, figs: Path) -> Section | None:
             Table("held-out next-token agreement with the expert (%) at the answer tokens, by position bucket", agr),
         ],
         notes=[
-            "rho_L1 (Eq. 7) is the share of the L1 bias to the expert that the module removes; next-token agreement is how often "
-            "the corrected merged model's argmax through the expert's head equals the expert's own. All three domains pooled; "
-            "intervals over the held-out items."
+            'rho_L1 (Eq. 7) is the share of the L1 bias to the expert that the module removes; next-token agreement '
+            "is how often the corrected merged model's argmax through the expert's head equals the expert's own. All "
+            'three domains pooled; intervals over the held-out items.'
         ],
     )
 
@@ -423,8 +427,8 @@ SUMMARY = Experiment(
     'summary',
     'Beyond the paper',
     'what each surgery does to the hidden states, by position (ta-0.5, held-out answers)',
-    exp_summary,
-    _summary_section,
-    tuple(SUMMARY_ARMS.items()),
+    run=exp_summary,
+    section=_summary_section,
+    arms=tuple(SUMMARY_ARMS.items()),
     profiles=('toy',),
 )
