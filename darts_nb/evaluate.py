@@ -8,14 +8,18 @@ Docs: https://darts-nb.github.io/darts_nb/evaluate.html.md"""
 from __future__ import annotations
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 from .core import darts_home, atomic_write, write_json, check_choice
 from .domains import DOMAINS, METRICS, export_jsonl, score_completion
 from .benchmarks import paper_split
 from .hub import alpaca_reference_path
 from .sandbox import check_completion
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # %% auto #0
-__all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_dataset', 'paper_dataset', 'toy_task_config',
+__all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_dataset', 'toy_task_config', 'paper_dataset',
            'paper_task_configs', 'humaneval_program', 'process_humaneval_results', 'gsm8k_number',
            'process_gsm8k_results', 'process_alpacaeval_results', 'alpaca_eval_outputs', 'judge_alpaca_eval',
            'evaluate_model']
@@ -27,7 +31,7 @@ def tasks_dir() -> Path:
 
     return Path(darts_nb.__file__).parent / 'tasks'
 
-
+# %% ../nbs/12_evaluate.ipynb #ec6fac55
 def process_toy_results(
     doc: dict,  # one item of a toy domain
     results: list,  # lm-eval's generations for it
@@ -45,6 +49,11 @@ def task_manager(
 
     return TaskManager(include_path=str(tasks_dir()), include_defaults=include_defaults)
 
+# %% ../nbs/12_evaluate.ipynb #4e2b4e38
+def _toy_jsonl(domain: str, split: str, seed: int) -> Path:
+    "A toy split exported as JSON lines under DARTS_HOME/data (what lm-eval's `json` builder reads)."
+    return export_jsonl(domain, split, darts_home() / 'data' / f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
+
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c2
 def toy_dataset(
     domain: str,  # one of DOMAINS (the task YAML's metadata)
@@ -52,38 +61,12 @@ def toy_dataset(
     split: str = 'eval',  # the split
     **_,  # the rest of the YAML's metadata and dataset_kwargs
 ):
-    "A toy domain's split as a `datasets.DatasetDict` ({'test': ...}): what the task YAMLs load under lm-eval's own command line."
+    "A toy domain's split as a `datasets.DatasetDict` ({'test': ...}), for lm-eval's own command line."
     from datasets import load_dataset
 
     return load_dataset('json', data_files={'test': str(_toy_jsonl(domain, split, seed))})
 
-
-def paper_dataset(
-    domain: str,  # 'code', 'math' or 'instruct' (the task YAML's metadata)
-    seed: int = 0,  # the split seed
-    n_calib: int = 50,  # calibration items held out of the scored part
-    **_,  # the rest of the YAML's metadata and dataset_kwargs
-):
-    "A paper benchmark's evaluation part as a `datasets.DatasetDict`, for lm-eval's own command line."
-    from datasets import load_dataset
-
-    return load_dataset('json', data_files={'test': str(_paper_jsonl(domain, seed, n_calib))})
-
-
-def _toy_jsonl(domain: str, split: str, seed: int) -> Path:
-    "A toy split exported as JSON lines under DARTS_HOME/data (what lm-eval's `json` builder reads)."
-    return export_jsonl(domain, split, darts_home() / 'data' / f'{domain}_{split}_seed{seed}.jsonl', seed=seed)
-
-
-def _paper_jsonl(domain: str, seed: int, n_calib: int, paths: dict | None = None) -> Path:
-    "A paper benchmark's evaluation part written as JSON lines under DARTS_HOME/data/paper."
-    items = paper_split(domain, 'eval', seed=seed, n_calib=n_calib, paths=paths)
-    return atomic_write(
-        darts_home() / 'data' / 'paper' / f'{PAPER_TASKS[domain]}_eval_seed{seed}_calib{n_calib}.jsonl',
-        ''.join(json.dumps(it) + '\n' for it in items),
-    )
-
-
+# %% ../nbs/12_evaluate.ipynb #c21304d4
 def toy_task_config(
     domain: str,  # one of darts_nb.domains.DOMAINS
     split: str = 'eval',  # the split to score
@@ -101,9 +84,8 @@ def toy_task_config(
         raise FileNotFoundError(f'no task YAML darts_{domain}.yaml in {tasks_dir()}')
     cfg = load_yaml(entry.yaml_path, resolve_func=True)
     data = _toy_jsonl(domain, split, seed)
-    cfg.pop(
-        'custom_dataset', None
-    )  # lm-eval's CLI builds the split with it; here the exported file, of this split and seed
+    # lm-eval's CLI builds the split with custom_dataset; here the exported file, of this split and seed
+    cfg.pop('custom_dataset', None)
     cfg['dataset_kwargs'] = {'data_files': {'test': str(data)}}
     if max_new_tokens:
         cfg['generation_kwargs'] = {**cfg['generation_kwargs'], 'max_gen_toks': int(max_new_tokens)}
@@ -136,13 +118,13 @@ def _tidy(out: dict, cfgs: dict) -> 'pd.DataFrame':
             )
     return pd.DataFrame(rows, columns=['domain', 'metric', 'value', 'n', 'stderr'])
 
-
+# %% ../nbs/12_evaluate.ipynb #c4d0ac43
 def _item_id(sample: dict) -> str:
     "A scored item's id: the document's own (`id`, `task_id`) or its index in the task."
     doc = sample.get('doc') or {}
     return str(doc.get('id', doc.get('task_id', sample.get('doc_id'))))
 
-
+# %% ../nbs/12_evaluate.ipynb #58755eae
 def _items(out: dict, cfgs: dict) -> 'pd.DataFrame':
     "lm-eval's logged samples -> per-item rows of domain, metric, item, value (%)."
     import pandas as pd
@@ -156,10 +138,31 @@ def _items(out: dict, cfgs: dict) -> 'pd.DataFrame':
     ]
     return pd.DataFrame(rows, columns=['domain', 'metric', 'item', 'value'])
 
-# %% ../nbs/12_evaluate.ipynb #8ac06755
+# %% ../nbs/12_evaluate.ipynb #5e6f5639
 PAPER_TASKS = {'code': 'darts_humaneval', 'math': 'darts_gsm8k', 'instruct': 'darts_alpacaeval'}
 
+# %% ../nbs/12_evaluate.ipynb #f439f11a
+def _paper_jsonl(domain: str, seed: int, n_calib: int, paths: dict | None = None) -> Path:
+    "A paper benchmark's evaluation part written as JSON lines under DARTS_HOME/data/paper."
+    items = paper_split(domain, 'eval', seed=seed, n_calib=n_calib, paths=paths)
+    return atomic_write(
+        darts_home() / 'data' / 'paper' / f'{PAPER_TASKS[domain]}_eval_seed{seed}_calib{n_calib}.jsonl',
+        ''.join(json.dumps(it) + '\n' for it in items),
+    )
 
+# %% ../nbs/12_evaluate.ipynb #19a16806
+def paper_dataset(
+    domain: str,  # 'code', 'math' or 'instruct' (the task YAML's metadata)
+    seed: int = 0,  # the split seed
+    n_calib: int = 50,  # calibration items held out of the scored part
+    **_,  # the rest of the YAML's metadata and dataset_kwargs
+):
+    "A paper benchmark's evaluation part as a `datasets.DatasetDict`, for lm-eval's own command line."
+    from datasets import load_dataset
+
+    return load_dataset('json', data_files={'test': str(_paper_jsonl(domain, seed=seed, n_calib=n_calib))})
+
+# %% ../nbs/12_evaluate.ipynb #8ac06755
 def paper_task_configs(
     domains=('code', 'math', 'instruct'),  # the paper domains to score
     seed: int = 0,  # the split seed
@@ -176,7 +179,7 @@ def paper_task_configs(
     for d in domains:
         check_choice(d, PAPER_TASKS, 'domain')
         cfg = load_yaml(tm.task_index[PAPER_TASKS[d]].yaml_path, resolve_func=True)
-        path = _paper_jsonl(d, seed, n_calib, paths)
+        path = _paper_jsonl(d, seed=seed, n_calib=n_calib, paths=paths)
         cfg.pop('custom_dataset', None)
         cfg['dataset_kwargs'] = {'data_files': {'test': str(path)}}
         if max_new_tokens:
@@ -189,12 +192,15 @@ def humaneval_program(
     doc: dict,  # a HumanEval problem (prompt, test, entry_point)
     completion: str,  # the model's completion of the prompt
 ) -> str:
-    "HumanEval's own check as one program (prompt + completion + tests + `check(entry_point)`), as in-process harnesses run it: for `sandbox.run_code` and comparisons."
+    "HumanEval's own check as one program: prompt + completion + tests + `check(entry_point)`."
     return doc['prompt'] + completion + '\n\n' + doc['test'] + f"\n\ncheck({doc['entry_point']})\n"
 
-
-def process_humaneval_results(doc: dict, results: list) -> dict:
-    "lm-eval hook: pass@1 of one greedy completion; the tests run here, the completion in the sandbox (`sandbox.check_completion`)."
+# %% ../nbs/12_evaluate.ipynb #00f51413
+def process_humaneval_results(
+    doc: dict,  # a HumanEval problem
+    results: list,  # lm-eval's generations for it
+) -> dict:
+    "lm-eval hook: pass@1 of one greedy completion, checked by `sandbox.check_completion`."
     return {'pass@1': float(check_completion(doc, results[0], timeout=10.0).passed)}
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c8
@@ -215,17 +221,23 @@ def gsm8k_number(
         return None
     return str(int(f)) if f == int(f) else str(f)
 
-
-def process_gsm8k_results(doc: dict, results: list) -> dict:
+# %% ../nbs/12_evaluate.ipynb #14a5727e
+def process_gsm8k_results(
+    doc: dict,  # a GSM8K problem (its `answer` ends with '#### N')
+    results: list,  # lm-eval's generations for it
+) -> dict:
     "lm-eval hook: exact match of the final number."
     return {'exact_match': float(gsm8k_number(results[0]) == gsm8k_number(doc['answer']))}
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2c9
-def process_alpacaeval_results(doc: dict, results: list) -> dict:
+def process_alpacaeval_results(
+    doc: dict,  # an AlpacaEval instruction
+    results: list,  # lm-eval's generations for it
+) -> dict:
     "lm-eval hook for AlpacaEval: only counts generations (the score comes from a judge, if any)."
     return {'generated': 1.0}
 
-
+# %% ../nbs/12_evaluate.ipynb #ae7cf137
 def alpaca_eval_outputs(
     samples: list,  # lm-eval's logged samples of the AlpacaEval task
     generator: str,  # the model's name in the outputs
@@ -241,18 +253,21 @@ def alpaca_eval_outputs(
         for s in samples
     ]
 
-
+# %% ../nbs/12_evaluate.ipynb #83c9d121
 def judge_alpaca_eval(
     outputs_path: Path,  # alpaca_eval model outputs (JSON)
     judge: str | None,  # an alpaca_eval annotators config; None: not judged
     reference: str | Path | None = None,  # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
 ) -> dict | None:
-    "Win rate and stderr (%) against the reference, judged by alpaca_eval with annotator config `judge`; None (with a warning) when it cannot be judged."
+    "Win rate and stderr (%) against the reference, judged by alpaca_eval; None (with a warning) if it cannot be."
     import warnings
 
     ref, why = Path(reference) if reference else alpaca_reference_path(), None
     if not judge:
-        why = 'no judge configured (darts run --judge <alpaca_eval annotators config>; the judge reads OPENAI_API_KEY / OPENAI_BASE_URL)'
+        why = (
+            'no judge configured (darts run --judge <alpaca_eval annotators config>; '
+            'the judge reads OPENAI_API_KEY / OPENAI_BASE_URL)'
+        )
     elif not ref.exists():
         why = f'the reference outputs {ref} are missing (darts fetch --profile llama2-7b brings them)'
     else:
@@ -293,7 +308,7 @@ def _git_hash_once() -> str | None:
         _ENV_INFO['git_hash'] = out.stdout.strip() if out is not None and out.returncode == 0 else None
     return _ENV_INFO['git_hash']
 
-
+# %% ../nbs/12_evaluate.ipynb #5d1ca30f
 def _env_info_once(storage: dict) -> None:
     "lm-eval's `add_env_info`, computed on the first call of the process and copied afterwards."
     if 'pretty_env_info' not in _ENV_INFO:
@@ -309,7 +324,7 @@ def evaluate_model(
     domains=('code', 'math', 'instruct'),  # the domains to score
     profile: str = 'toy',  # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
     limit: int | None = None,  # score only the first `limit` items per domain (tests, quick looks)
-    batch_size: int | str = 32,  # generation batch size, or 'auto' (lm-eval finds the largest that fits the device)
+    batch_size: int | str = 32,  # generation batch size, or 'auto' (lm-eval finds the largest that fits)
     seed: int = 0,  # split seed and sampling seed
     max_new_tokens: int | None = None,  # override every task's generation budget
     log_samples: bool = False,  # keep lm-eval's samples (generations) in `df.attrs['samples']`
@@ -321,7 +336,7 @@ def evaluate_model(
     n_calib: int = 50,  # paper profile: calibration items held out of the scored part
     reference: str | Path | None = None,  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
 ) -> 'pd.DataFrame':
-    "Score `model` with lm-eval: a tidy frame of domain, metric, value (%), n, stderr (%); per-item scores in `df.attrs['items']`."
+    "Score `model` with lm-eval: a frame of domain, metric, value (%), n, stderr (%); items in `df.attrs['items']`."
     import logging
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
@@ -372,10 +387,10 @@ def evaluate_model(
         import pandas as pd
 
         recs = alpaca_eval_outputs(out['samples'][cfgs['instruct']['task']], generator)
-        path = write_json(Path(out_dir or darts_home() / 'alpaca_eval') / f'{generator}_seed{seed}_outputs.json', recs)
-        res = judge_alpaca_eval(
-            path, judge, reference
-        )  # unjudged, the 'generated' count stays: what was generated, never a score
+        out_path = Path(out_dir or darts_home() / 'alpaca_eval') / f'{generator}_seed{seed}_outputs.json'
+        path = write_json(out_path, recs)
+        # unjudged, the 'generated' count stays: what was generated, never a score
+        res = judge_alpaca_eval(path, judge, reference)
         if res:
             df = pd.concat(
                 [

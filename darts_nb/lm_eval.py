@@ -29,7 +29,7 @@ def darts_model_class():
 
     return DartsLM
 
-
+# %% ../nbs/12a_lm_eval.ipynb #44043d56
 def register_darts_model() -> None:
     "Register the `darts` model with lm-eval's registry (once per process)."
     from lm_eval.api.registry import model_registry
@@ -37,7 +37,7 @@ def register_darts_model() -> None:
     if 'darts' not in model_registry:
         model_registry.register('darts')(darts_model_class())
 
-
+# %% ../nbs/12a_lm_eval.ipynb #d15e51db
 def main(
     argv: list[str] | None = None,  # lm-eval's arguments (default: sys.argv[1:])
 ) -> int:
@@ -48,17 +48,15 @@ def main(
     from darts_nb.evaluate import tasks_dir, _git_hash_once, _env_info_once
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    runs = argv[:1] == ['run'] or (
-        argv[:1] and argv[0].startswith('--') and argv[0] not in ('-h', '--help')
-    )  # `run` or its legacy form
+    # `run`, or its legacy form (options only)
+    runs = argv[:1] == ['run'] or (argv[:1] and argv[0].startswith('--') and argv[0] not in ('-h', '--help'))
     if runs and not any(a.startswith('--include_path') for a in argv):
         argv += ['--include_path', str(tasks_dir())]
     register_darts_model()
     setup_logging()
-    lm_eval.evaluator.get_git_commit_hash, lm_eval.evaluator.add_env_info = (
-        _git_hash_once,
-        _env_info_once,
-    )  # no git noise outside a repo
+    # no git noise outside a repo, the environment collected once
+    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
+    lm_eval.evaluator.add_env_info = _env_info_once
     cli, old = HarnessCLI(), sys.argv
     sys.argv = ['lm-eval', *argv]  # HarnessCLI reads sys.argv itself
     try:

@@ -1,4 +1,4 @@
-"""The mergekit sweep grid (task arithmetic, weight averaging, TIES, DARE), validating and running merges resumably, and picking the best configuration per family.
+"""The mergekit sweep (task arithmetic, averaging, TIES, DARE), run checked and resumably; the best per family.
 
 Docs: https://darts-nb.github.io/darts_nb/merge.html.md"""
 
@@ -8,27 +8,39 @@ Docs: https://darts-nb.github.io/darts_nb/merge.html.md"""
 from __future__ import annotations
 import argparse
 import json
-import math
-import numbers
 import re
 import shutil
 import time
 from itertools import combinations
 from pathlib import Path
+from typing import TYPE_CHECKING
 import torch
 from tqdm.auto import tqdm
-from .core import darts_home, default_device, atomic_path, write_json, in_notebook, is_disk_full
+from darts_nb.core import (
+    darts_home,
+    default_device,
+    atomic_path,
+    write_json,
+    in_notebook,
+    is_disk_full,
+    check_choice,
+    check_number,
+)
 from .lease import clean_stale, hold_lease
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .zoo import check_compatible, tensor_shapes, NOTE_FIELDS
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from mergekit.config import MergeConfiguration
+
 # %% auto #0
 __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES_DENSITIES', 'TIES_ASYM', 'DARE_METHODS',
-           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'FAMILY_NAMES', 'TOKENIZER_FILES',
-           'MODEL_ENTRY', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
-           'linear_weightings', 'sweep_configs', 'with_base_tokenizer', 'family', 'quick_configs', 'config_paths',
+           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'FAMILY_NAMES', 'MODEL_ENTRY',
+           'TOKENIZER_FILES', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
+           'linear_weightings', 'family', 'with_base_tokenizer', 'sweep_configs', 'quick_configs', 'config_paths',
            'check_model_list', 'check_parameters', 'validate_config', 'check_models', 'check_merge_output',
-           'unfinished_reason', 'is_finished', 'run_merges', 'check_configs', 'record_merge_failures',
+           'unfinished_reason', 'is_finished', 'check_configs', 'record_merge_failures', 'run_merges',
            'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
@@ -50,17 +62,17 @@ METHOD_FAMILY = {
     'dare_linear': 'dare',
 }
 
-
+# %% ../nbs/09_merge.ipynb #9bbea264
 def _num(x: float) -> str:
     "A grid value as it appears in a name: 0.5 -> '0.5', 1 -> '1.0'."
     return str(round(float(x), 4))
 
-
+# %% ../nbs/09_merge.ipynb #2693a1ac
 def _abs(p: str | Path) -> str:
     "An absolute local path as a string (mergekit takes a relative path for a hub id)."
     return str(Path(p).expanduser().absolute())
 
-
+# %% ../nbs/09_merge.ipynb #58660dc0
 def merge_config(
     method: str,  # mergekit merge method, e.g. 'ties'
     base: str | Path | None,  # the base model (None for methods that need none)
@@ -79,36 +91,57 @@ def merge_config(
     return cfg
 
 # %% ../nbs/09_merge.ipynb #82dc22dc
-def ta_config(base, experts: dict, lam: float, dtype='float32') -> dict:
+def ta_config(
+    base,  # the base model's directory
+    experts: dict,  # domain -> expert directory
+    lam: float,  # every task vector's weight
+    dtype='float32',  # dtype mergekit computes in
+) -> dict:
     "Task arithmetic: base + lam * sum of task vectors."
-    return merge_config(
-        'task_arithmetic', base, {p: dict(weight=lam) for p in experts.values()}, dtype, normalize=False
-    )
+    weights = {p: dict(weight=lam) for p in experts.values()}
+    return merge_config('task_arithmetic', base, weights, dtype=dtype, normalize=False)
 
-
-def linear_config(base, experts: dict, weights: dict[str, float], dtype='float32') -> dict:
+# %% ../nbs/09_merge.ipynb #75a903be
+def linear_config(
+    base,  # the base model (not averaged in; kept for a common signature)
+    experts: dict,  # domain -> expert directory
+    weights: dict[str, float],  # domain -> weight
+    dtype='float32',  # dtype mergekit computes in
+) -> dict:
     "Weight averaging of the experts with `weights` (domain -> weight); the base is not averaged in."
-    return merge_config('linear', None, {experts[d]: dict(weight=w) for d, w in weights.items()}, dtype)
+    return merge_config('linear', None, {experts[d]: dict(weight=w) for d, w in weights.items()}, dtype=dtype)
 
-
-def ties_config(base, experts: dict, weight: float | dict, density: float, dtype='float32') -> dict:
+# %% ../nbs/09_merge.ipynb #830b7a59
+def ties_config(
+    base,  # the base model's directory
+    experts: dict,  # domain -> expert directory
+    weight: float | dict,  # one weight for all experts, or domain -> weight
+    density: float,  # share of each task vector kept, in (0, 1]
+    dtype='float32',  # dtype mergekit computes in
+) -> dict:
     "TIES with one weight for all experts (float) or per expert (domain -> weight), unnormalised."
     ws = weight if isinstance(weight, dict) else {d: weight for d in experts}
-    return merge_config(
-        'ties', base, {experts[d]: dict(weight=ws[d], density=density) for d in experts}, dtype, normalize=False
-    )
+    weights = {experts[d]: dict(weight=ws[d], density=density) for d in experts}
+    return merge_config('ties', base, weights, dtype=dtype, normalize=False)
 
-
-def dare_config(base, experts: dict, method: str, weight: float, density: float, dtype='float32') -> dict:
+# %% ../nbs/09_merge.ipynb #77f5753f
+def dare_config(
+    base,  # the base model's directory
+    experts: dict,  # domain -> expert directory
+    method: str,  # 'dare_ties' or 'dare_linear'
+    weight: float,  # every task vector's weight
+    density: float,  # share of each task vector kept (the rest dropped at random, rescaled)
+    dtype='float32',  # dtype mergekit computes in
+) -> dict:
     "DARE (`dare_ties` or `dare_linear`): random drop with rescale, then sign election (ties) or a plain sum."
-    if method not in DARE_METHODS:
-        raise ValueError(f"method={method!r} is not one of {DARE_METHODS}")
-    return merge_config(
-        method, base, {p: dict(weight=weight, density=density) for p in experts.values()}, dtype, normalize=False
-    )
+    check_choice(method, DARE_METHODS, 'method')
+    weights = {p: dict(weight=weight, density=density) for p in experts.values()}
+    return merge_config(method, base, weights, dtype=dtype, normalize=False)
 
 # %% ../nbs/09_merge.ipynb #fa6cb55d
-def linear_weightings(domains: list[str]) -> dict[str, dict[str, float]]:
+def linear_weightings(
+    domains: list[str],  # the experts' domains
+) -> dict[str, dict[str, float]]:
     "The weight-averaging grid: equal, one expert dominant (40-80 %), pairwise-heavy; name -> weights."
     n = len(domains)
     out = {'equal': {d: round(1 / n, 6) for d in domains}}
@@ -118,61 +151,9 @@ def linear_weightings(domains: list[str]) -> dict[str, dict[str, float]]:
     if n >= 3:
         for a, b in combinations(domains, 2):
             for s in LINEAR_PAIR:
-                out[f'{a}+{b}{_num(s)}'] = {e: (s if e in (a, b) else round((1 - 2 * s) / (n - 2), 6)) for e in domains}
+                rest = round((1 - 2 * s) / (n - 2), 6)
+                out[f'{a}+{b}{_num(s)}'] = {e: (s if e in (a, b) else rest) for e in domains}
     return out
-
-
-def sweep_configs(
-    base: str | Path,  # the base model's directory
-    experts: dict[str, str | Path],  # domain -> expert directory
-    dtype: str = 'float32',  # dtype mergekit computes in
-    out_dtype: str | None = None,  # dtype the merge is saved in (None: `dtype`); 'bfloat16' for 7B models
-) -> dict[str, dict]:
-    "The whole merge grid of the paper: name -> mergekit configuration (plain dict)."
-    if not experts:
-        raise ValueError("experts is empty: expected a dict domain -> checkpoint path")
-    out = {f'ta-{_num(l)}': ta_config(base, experts, l, dtype) for l in TA_LAMBDAS}
-    for n, w in linear_weightings(list(experts)).items():
-        out[f'linear-{n}'] = linear_config(base, experts, w, dtype)
-    for w in TIES_WEIGHTS:
-        for d in TIES_DENSITIES:
-            out[f'ties-w{_num(w)}-d{_num(d)}'] = ties_config(base, experts, w, d, dtype)
-    hi, lo, dens = TIES_ASYM
-    for fav in experts:
-        for d in dens:
-            out[f'ties-{fav}{_num(hi)}-rest{_num(lo)}-d{_num(d)}'] = ties_config(
-                base, experts, {e: hi if e == fav else lo for e in experts}, d, dtype
-            )
-    for m in DARE_METHODS:
-        for w in DARE_WEIGHTS:
-            for d in DARE_DENSITIES:
-                out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, w, d, dtype)
-    if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()):
-        with_base_tokenizer(out, base)
-    if out_dtype and out_dtype != dtype:
-        for cfg in out.values():
-            cfg['out_dtype'] = out_dtype
-    return out
-
-
-def _config(p: str | Path) -> dict:
-    "A checkpoint's config.json ({} when there is none)."
-    f = Path(p) / 'config.json'
-    return read_json(f) if f.exists() else {}
-
-
-def with_base_tokenizer(
-    cfgs: dict[str, dict],  # name -> mergekit configuration, changed in place
-    base: str | Path,  # the base model's directory
-) -> dict[str, dict]:
-    "Every merge keeps the base's tokenizer (mergekit aligns the embeddings); weight averaging lists a model shaped like the base first (its config is the merge's)."
-    b = _config(base)
-    like_base = lambda m: all(_config(m['model']).get(f) == b.get(f) for f in NOTE_FIELDS)
-    for cfg in cfgs.values():
-        cfg['tokenizer_source'] = _abs(base)
-        if 'base_model' not in cfg:
-            cfg['models'] = sorted(cfg['models'], key=lambda m: not like_base(m))
-    return cfgs
 
 # %% ../nbs/09_merge.ipynb #fa6cb504
 def family(
@@ -185,8 +166,65 @@ def family(
     if head in ('ta', 'linear', 'ties') and '-' in str(name):
         return head
     raise ValueError(
-        f"name={name!r} is not a sweep configuration name (expected a prefix ta-, linear-, ties-, dare_ties- or dare_linear-)"
+        f"name={name!r} is not a sweep configuration name "
+        "(expected a prefix ta-, linear-, ties-, dare_ties- or dare_linear-)"
     )
+
+# %% ../nbs/09_merge.ipynb #4520fd3f
+def _config(p: str | Path) -> dict:
+    "A checkpoint's config.json ({} when there is none)."
+    f = Path(p) / 'config.json'
+    return read_json(f) if f.exists() else {}
+
+# %% ../nbs/09_merge.ipynb #8a11d6c4
+def with_base_tokenizer(
+    cfgs: dict[str, dict],  # name -> mergekit configuration, changed in place
+    base: str | Path,  # the base model's directory
+) -> dict[str, dict]:
+    "Every merge keeps the base's tokenizer; weight averaging lists a model shaped like the base first."
+    b = _config(base)
+
+    def like_base(m):
+        return all(_config(m['model']).get(f) == b.get(f) for f in NOTE_FIELDS)
+
+    for cfg in cfgs.values():
+        cfg['tokenizer_source'] = _abs(base)
+        if 'base_model' not in cfg:
+            cfg['models'] = sorted(cfg['models'], key=lambda m: not like_base(m))
+    return cfgs
+
+# %% ../nbs/09_merge.ipynb #84b991f4
+def sweep_configs(
+    base: str | Path,  # the base model's directory
+    experts: dict[str, str | Path],  # domain -> expert directory
+    dtype: str = 'float32',  # dtype mergekit computes in
+    out_dtype: str | None = None,  # dtype the merge is saved in (None: `dtype`); 'bfloat16' for 7B models
+) -> dict[str, dict]:
+    "The whole merge grid of the paper: name -> mergekit configuration (plain dict)."
+    if not experts:
+        raise ValueError("experts is empty: expected a dict domain -> checkpoint path")
+    out = {f'ta-{_num(lam)}': ta_config(base, experts, lam, dtype=dtype) for lam in TA_LAMBDAS}
+    for n, w in linear_weightings(list(experts)).items():
+        out[f'linear-{n}'] = linear_config(base, experts, w, dtype=dtype)
+    for w in TIES_WEIGHTS:
+        for d in TIES_DENSITIES:
+            out[f'ties-w{_num(w)}-d{_num(d)}'] = ties_config(base, experts, weight=w, density=d, dtype=dtype)
+    hi, lo, dens = TIES_ASYM
+    for fav in experts:
+        ws = {e: hi if e == fav else lo for e in experts}
+        for d in dens:
+            name = f'ties-{fav}{_num(hi)}-rest{_num(lo)}-d{_num(d)}'
+            out[name] = ties_config(base, experts, weight=ws, density=d, dtype=dtype)
+    for m in DARE_METHODS:
+        for w in DARE_WEIGHTS:
+            for d in DARE_DENSITIES:
+                out[f'{m}-w{_num(w)}-d{_num(d)}'] = dare_config(base, experts, m, weight=w, density=d, dtype=dtype)
+    if any(_config(p).get('vocab_size') != _config(base).get('vocab_size') for p in experts.values()):
+        with_base_tokenizer(out, base)
+    if out_dtype and out_dtype != dtype:
+        for cfg in out.values():
+            cfg['out_dtype'] = out_dtype
+    return out
 
 # %% ../nbs/09_merge.ipynb #fa6cb503
 QUICK = ('ta-0.5', 'linear-equal', 'ties-w0.5-d0.5', 'dare_linear-w0.5-d0.5')
@@ -201,48 +239,35 @@ def quick_configs(
     out_dtype: str | None = None,  # dtype the merge is saved in (None: `dtype`)
 ) -> dict[str, dict]:
     "A small subset of the grid (by default one per family, `ta-0.5` included)."
-    grid = sweep_configs(base, experts, dtype, out_dtype)
+    grid = sweep_configs(base, experts, dtype=dtype, out_dtype=out_dtype)
     missing = [n for n in names if n not in grid]
     if missing:
         raise ValueError(f"names {missing} are not in the sweep grid")
     return {n: grid[n] for n in names}
 
-# %% ../nbs/09_merge.ipynb #b54f9b9b
-TOKENIZER_FILES = (
-    'tokenizer.json',
-    'tokenizer_config.json',
-    'special_tokens_map.json',
-    'tokenizer.model',
-    'vocab.json',
-    'merges.txt',
-    'added_tokens.json',
-    'chat_template.jinja',
-)
-
-
+# %% ../nbs/09_merge.ipynb #4b4532b2
 def config_paths(cfg: dict) -> list[str]:
     "Every model path a configuration reads, reference (base or first model) first."
     ps = ([cfg['base_model']] if cfg.get('base_model') else []) + [m['model'] for m in cfg.get('models') or []]
     return list(dict.fromkeys(str(p) for p in ps))
 
-
+# %% ../nbs/09_merge.ipynb #4c337e5d
 def _method_specs() -> dict:
     "mergekit's merge methods: name -> spec (its parameters and their types)."
     from mergekit.merge_methods import registry
 
     return {m.spec.name: m.spec for m in registry.registered_methods() if getattr(m, 'spec', None)}
 
-
-MODEL_ENTRY = (
-    "{'model': '/abs/path/to/expert', 'parameters': {'weight': 0.5}}"  # one entry of a configuration's `models`
-)
+# %% ../nbs/09_merge.ipynb #234ef282
+# one entry of a configuration's `models`
+MODEL_ENTRY = "{'model': '/abs/path/to/expert', 'parameters': {'weight': 0.5}}"
 
 
 def check_model_list(
     name: str,  # the configuration's name, for the messages
     cfg: dict,  # a mergekit configuration dict
 ) -> list[dict]:
-    "The configuration's `models`, if a non-empty list of mergekit entries (`MODEL_ENTRY`); else a ValueError naming the merge and the entry."
+    "The configuration's `models` if a non-empty list of entries like `MODEL_ENTRY`; else a ValueError naming it."
     ms = cfg.get('models')
     if not ms:
         raise ValueError(f"config {name!r}: 'models' is missing or empty")
@@ -261,21 +286,33 @@ def check_model_list(
         raise ValueError(f"config {name!r}: base_model is {b!r}: expected a path (a string)")
     return ms
 
-
+# %% ../nbs/09_merge.ipynb #073410fa
 def _values(v) -> list:
-    "The plain values of a mergekit parameter: one value, a gradient (a list), or conditional entries ({filter, value})."
+    "The plain values of a mergekit parameter: one value, a gradient (a list), or entries ({filter, value})."
     if isinstance(v, list):
         return [x for e in v for x in _values(e['value'] if isinstance(e, dict) and 'value' in e else e)]
     return [v]
 
+# %% ../nbs/09_merge.ipynb #6543841f
+def _is_number(
+    x,  # a parameter's value
+    **bounds,  # `core.check_number`'s bounds
+) -> bool:
+    "Whether `core.check_number` accepts `x` (the configuration's messages, which name its location, stay its own)."
+    try:
+        check_number(x, 'x', **bounds)
+    except ValueError:
+        return False
+    return True
 
+# %% ../nbs/09_merge.ipynb #576ce8f0
 def check_parameters(
     name: str,  # the configuration's name, for the messages
     method: str,  # its merge_method (a mergekit method)
     params,  # a `parameters` mapping: the configuration's, or one model's (None: none)
     where: str = 'parameters',  # where it sits, for the messages: 'parameters' or 'models[1].parameters'
 ) -> None:
-    "Raise a ValueError naming the merge, the key and the value for a parameter `method` does not take, a number that is not finite, a flag that is not a bool, or a density outside (0, 1]."
+    "A ValueError naming the merge, the key and the value of a parameter that `method` lacks or cannot take."
     if params is None:
         return
     spec = {p.name: p for p in _method_specs()[method].parameters}
@@ -284,25 +321,27 @@ def check_parameters(
     for k, v in params.items():
         if k not in spec:
             raise ValueError(
-                f"config {name!r}: {where}.{k} is not a parameter of merge_method {method!r} (expected one of {sorted(spec)})"
+                f"config {name!r}: {where}.{k} is not a parameter of merge_method {method!r} "
+                f"(expected one of {sorted(spec)})"
             )
-        flag, optional = spec[k].value_type is bool, type(None) in getattr(spec[k].value_type, '__args__', ())
+        flag = spec[k].value_type is bool
+        optional = type(None) in getattr(spec[k].value_type, '__args__', ())
         for x in _values(v):
             if flag and not isinstance(x, bool):
                 raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected true or false")
             if flag or (x is None and optional):
                 continue
-            if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+            if not _is_number(x):
                 raise ValueError(f"config {name!r}: {where}.{k} = {x!r}: expected a finite number")
-            if k == 'density' and not 0 < x <= 1:
+            if k == 'density' and not _is_number(x, lo=0, hi=1, lo_open=True):
                 raise ValueError(f"config {name!r}: {where}.density = {x!r}: expected a number in (0, 1]")
 
-
+# %% ../nbs/09_merge.ipynb #d894137f
 def validate_config(
     name: str,  # the configuration's name (it becomes a directory name)
     cfg: dict,  # a mergekit configuration dict
 ) -> 'MergeConfiguration':
-    "Check a configuration's name, method, models list, parameters, paths and form; returns mergekit's validated `MergeConfiguration`."
+    "Check a configuration's name, method, models, parameters, paths and form; mergekit's `MergeConfiguration`."
     from mergekit.config import MergeConfiguration
 
     if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._+-]*', str(name)):
@@ -315,11 +354,12 @@ def validate_config(
         raise ValueError(f"config {name!r}: merge_method={m!r} is not a mergekit method; expected one of {methods}")
     check_parameters(name, m, cfg.get('parameters'))
     for i, e in enumerate(check_model_list(name, cfg)):
-        check_parameters(name, m, e.get('parameters'), f'models[{i}].parameters')
+        check_parameters(name, m, e.get('parameters'), where=f'models[{i}].parameters')
     for p in config_paths(cfg):
         if not Path(p).is_absolute():
             raise ValueError(
-                f"config {name!r}: model path {p!r} is relative; mergekit would take it for a hub id (use an absolute path)"
+                f"config {name!r}: model path {p!r} is relative; mergekit would take it for a hub id "
+                "(use an absolute path)"
             )
         if not Path(p).is_dir():
             raise FileNotFoundError(f"config {name!r}: model path {p} does not exist or is not a directory")
@@ -330,15 +370,20 @@ def validate_config(
     except Exception as e:
         raise ValueError(f"config {name!r} is not a valid mergekit configuration: {e}") from e
 
-
+# %% ../nbs/09_merge.ipynb #86fb86ed
 def check_models(
     paths: list[str | Path],  # reference first; every path a local checkpoint
 ) -> list[str]:
-    "Raise a ValueError naming the path and the config field, tensor or token that conflicts with `paths[0]`; return the notes on tolerated differences."
+    "A ValueError naming the path and the field, tensor or token that conflicts with `paths[0]`; else the notes."
     return check_compatible([Path(p) for p in paths])
 
 # %% ../nbs/09_merge.ipynb #8755947e
-def _merge_one(mc, out: Path, device: str, seed: int) -> None:
+def _merge_one(
+    mc,  # a validated `MergeConfiguration`
+    out: Path,  # the (temporary) directory to write
+    device: str,  # mergekit's device
+    seed: int,  # torch / mergekit seed
+) -> None:
     "One mergekit merge into directory `out` (seeded for DARE's random masks)."
     from mergekit.merge import run_merge
     from mergekit.options import MergeOptions
@@ -358,16 +403,32 @@ def _merge_one(mc, out: Path, device: str, seed: int) -> None:
     )
     run_merge(mc, out_path=str(out), options=opts)
 
+# %% ../nbs/09_merge.ipynb #c34c869e
+# what `_copy_tokenizer` copies into a merge, besides generation_config.json
+TOKENIZER_FILES = (
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'special_tokens_map.json',
+    'tokenizer.model',
+    'vocab.json',
+    'merges.txt',
+    'added_tokens.json',
+    'chat_template.jinja',
+)
 
-def _copy_tokenizer(src: Path, dst: Path) -> None:
-    "Copy the tokenizer (and generation config) files of `src` (the configuration's tokenizer source, else its reference) into `dst`."
+# %% ../nbs/09_merge.ipynb #78e8dc18
+def _copy_tokenizer(
+    src: Path,  # the configuration's tokenizer source, else its reference model
+    dst: Path,  # the merge's directory
+) -> None:
+    "Copy the tokenizer (and generation config) files of `src` into `dst`."
     for f in TOKENIZER_FILES + ('generation_config.json',):
         if (src / f).exists():
             shutil.copy2(src / f, dst / f)
 
 # %% ../nbs/09_merge.ipynb #8755947b
 def _check_finite(path: Path) -> None:
-    "Raise a ValueError naming the file and tensor when a floating tensor of `path` holds NaN or inf (one tensor in memory at a time)."
+    "A ValueError naming the file and tensor where a floating tensor of `path` holds NaN or inf (one at a time)."
     from safetensors import safe_open
 
     for f in sorted(path.glob('*.safetensors')):
@@ -375,18 +436,19 @@ def _check_finite(path: Path) -> None:
             for k in sf.keys():
                 t = sf.get_tensor(k)
                 if t.is_floating_point() and not torch.isfinite(t).all():
+                    bad = int((~torch.isfinite(t)).sum())
                     raise ValueError(
-                        f"{f}: tensor {k} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s) of {t.numel()}: the merge is not "
-                        f"usable (weights that cancel under normalisation, or an input model that holds NaN/inf)"
+                        f"{f}: tensor {k} holds {bad} NaN/inf value(s) of {t.numel()}: the merge is not usable "
+                        f"(weights that cancel under normalisation, or an input model that holds NaN/inf)"
                     )
 
-
+# %% ../nbs/09_merge.ipynb #720a6ea6
 def check_merge_output(
     path: str | Path,  # a merge's directory (finished or being written)
-    reference: str | Path,  # the checkpoint whose tensors it must have (the configuration's base or first model)
+    reference: str | Path,  # the checkpoint whose tensors it must have (the base or first model)
     finite: bool = True,  # also read every tensor and refuse NaN/inf (reads the merged weights once)
 ) -> Path:
-    "`path` if it holds a whole merge: files whole, every tensor of `reference`, and (with `finite`) no NaN/inf; else a ValueError naming the file or tensor."
+    "`path` if it holds a whole merge (files whole, every tensor of `reference`, no NaN/inf); else a ValueError."
     path = check_checkpoint_files(Path(path))
     got = tensor_shapes(path)
     if not got:
@@ -397,11 +459,11 @@ def check_merge_output(
         _check_finite(path)
     return path
 
-
+# %% ../nbs/09_merge.ipynb #1fc6d954
 def unfinished_reason(
     path: Path,  # a merge directory
 ) -> str | None:
-    "None for a finished merge directory (whole weights, config.json, merge.yaml); else what is missing or damaged (headers and sizes only: cheap)."
+    "None for a finished merge directory (whole weights, config.json, merge.yaml); else what is missing or damaged."
     import yaml
 
     path = Path(path)
@@ -418,18 +480,60 @@ def unfinished_reason(
         return str(e) if isinstance(e, CorruptFile) else f"{path / 'merge.yaml'} is damaged ({type(e).__name__})"
     return None if ok else f"{path / 'merge.yaml'} is not a mapping"
 
-
+# %% ../nbs/09_merge.ipynb #5ae7be55
 def is_finished(
     path: Path,  # a merge directory
 ) -> bool:
     "A finished merge directory: whole merged weights, config.json and merge.yaml (see `unfinished_reason`)."
     return unfinished_reason(path) is None
 
-
+# %% ../nbs/09_merge.ipynb #c41c7643
 def _same_config(path: Path, cfg: dict) -> bool:
     import yaml
 
     return yaml.safe_load((path / 'merge.yaml').read_text()) == json.loads(json.dumps(cfg))
+
+# %% ../nbs/09_merge.ipynb #8bf42e5e
+def check_configs(
+    configs: dict[str, dict],  # name -> mergekit configuration
+) -> dict:
+    "Validate every configuration, and check each set of checkpoints once; name -> parsed configuration."
+    parsed = {n: validate_config(n, c) for n, c in configs.items()}
+    for ps in {tuple(config_paths(c)) for c in configs.values()}:
+        check_models(list(ps))
+    return parsed
+
+# %% ../nbs/09_merge.ipynb #210c68d9
+def _read_failures(path: Path) -> dict:
+    "The record of failed merges (name -> error, config); {} when there is none; an error naming a damaged one."
+    if not path.exists():
+        return {}
+    try:
+        d = read_json(path)
+    except (CorruptFile, OSError) as e:
+        raise CorruptFile(f"{e} (it only records failed merges: delete it and run again)") from None
+    if not isinstance(d, dict):
+        raise CorruptFile(
+            f"{path} is not a JSON object name -> failure (it only records failed merges: delete it and run again)"
+        )
+    return d
+
+# %% ../nbs/09_merge.ipynb #001c9b2d
+def record_merge_failures(
+    out_dir: str | Path,  # the merges' folder
+    res: 'pd.DataFrame',  # `run_merges`' table (name, status, error)
+    configs: dict[str, dict],  # name -> configuration of those merges
+) -> None:
+    "Record the failed merges of `res` in out_dir/_failures.json (name -> error, config); clear the others."
+    path = Path(out_dir) / '_failures.json'
+    failures = _read_failures(path)
+    for r in res.itertuples():
+        if r.status == 'failed':
+            failures[r.name] = dict(error=r.error, config=configs[r.name])
+        else:
+            failures.pop(r.name, None)
+    if failures or path.exists():
+        write_json(path, failures)
 
 # %% ../nbs/09_merge.ipynb #8755947c
 def run_merges(
@@ -438,10 +542,10 @@ def run_merges(
     device: str | None = None,  # 'cpu', 'cuda', ...; default CUDA if available
     seed: int = 0,  # torch / mergekit seed set before each merge (DARE masks)
     progress: bool = True,  # show a tqdm bar
-    record: bool = True,  # update out_dir/_failures.json (False: a cluster worker returns its rows and the driver records them)
-    check: bool = True,  # check the configurations and checkpoints first (False: the caller did, once for many calls, with `check_configs`)
+    record: bool = True,  # update out_dir/_failures.json (False: a cluster worker returns rows the driver records)
+    check: bool = True,  # check the configurations and checkpoints first (False: the caller did, with `check_configs`)
 ) -> 'pd.DataFrame':
-    "Run the merges that are not finished yet (each checked whole and finite before it counts); returns a table (name, status, seconds, error). A full disk stops the sweep with an OSError."
+    "Run the merges not finished yet, each checked before it counts: a table of name, status, seconds and error."
     import pandas as pd
     import yaml
 
@@ -451,9 +555,8 @@ def run_merges(
     out_dir = Path(out_dir).expanduser().absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     dev = str(default_device(device))
-    clean_stale(
-        out_dir
-    )  # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
+    # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
+    clean_stale(out_dir)
     if record:
         _read_failures(out_dir / '_failures.json')  # a damaged record stops the sweep before any work
     rows, n = [], dict(done=0, skipped=0, failed=0)
@@ -461,24 +564,21 @@ def run_merges(
     for name, cfg in bar:
         final, t0, err = out_dir / name, time.time(), None
         if final.exists():
-            why = unfinished_reason(final) or (
-                None if _same_config(final, cfg) else 'its merge.yaml is another configuration'
-            )
-            if why is None:
-                status = 'skipped'
-            else:
-                status, err = (
-                    'failed',
-                    f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo",
-                )
+            why = unfinished_reason(final)
+            if why is None and not _same_config(final, cfg):
+                why = 'its merge.yaml is another configuration'
+            status = 'skipped' if why is None else 'failed'
+            if why is not None:
+                err = f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
         else:
             try:
                 with atomic_path(final, replace=False) as tmp, hold_lease(tmp):
                     tmp.mkdir()
-                    _merge_one(parsed[name], tmp, dev, seed)
+                    _merge_one(parsed[name], tmp, device=dev, seed=seed)
                     check_merge_output(tmp, config_paths(cfg)[0])
                     _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
-                    (tmp / 'merge.yaml').write_text(yaml.safe_dump(json.loads(json.dumps(cfg)), sort_keys=False))
+                    plain = json.loads(json.dumps(cfg))
+                    (tmp / 'merge.yaml').write_text(yaml.safe_dump(plain, sort_keys=False))
                 status = 'done'
             except Exception as e:
                 if is_disk_full(e):
@@ -491,48 +591,6 @@ def run_merges(
     if record:
         record_merge_failures(out_dir, res, configs)
     return res
-
-
-def check_configs(
-    configs: dict[str, dict],  # name -> mergekit configuration
-) -> dict:
-    "Validate every configuration and check that its checkpoints can be merged (one check per set of checkpoints); name -> parsed configuration."
-    parsed = {n: validate_config(n, c) for n, c in configs.items()}
-    for ps in {tuple(config_paths(c)) for c in configs.values()}:
-        check_models(list(ps))
-    return parsed
-
-
-def record_merge_failures(
-    out_dir: str | Path,  # the merges' folder
-    res: 'pd.DataFrame',  # `run_merges`' table (name, status, error)
-    configs: dict[str, dict],  # name -> configuration of those merges
-) -> None:
-    "Record the failed merges of `res` in out_dir/_failures.json (name -> error, config) and clear the others."
-    path = Path(out_dir) / '_failures.json'
-    failures = _read_failures(path)
-    for r in res.itertuples():
-        if r.status == 'failed':
-            failures[r.name] = dict(error=r.error, config=configs[r.name])
-        else:
-            failures.pop(r.name, None)
-    if failures or path.exists():
-        write_json(path, failures)
-
-
-def _read_failures(path: Path) -> dict:
-    "The record of failed merges (name -> error, config); {} when there is none; a clear error naming a damaged one."
-    if not path.exists():
-        return {}
-    try:
-        d = read_json(path)
-    except (CorruptFile, OSError) as e:
-        raise CorruptFile(f"{e} (it only records failed merges: delete it and run again)") from None
-    if not isinstance(d, dict):
-        raise CorruptFile(
-            f"{path} is not a JSON object name -> failure (it only records failed merges: delete it and run again)"
-        )
-    return d
 
 # %% ../nbs/09_merge.ipynb #7e0106d0
 def best_per_method(
@@ -557,12 +615,14 @@ def best_per_method(
     return best.set_index('family').loc[order].rename_axis(columns=None)
 
 # %% ../nbs/09_merge.ipynb #5df04361
-def main(argv: list[str] | None = None):
+def main(
+    argv: list[str] | None = None,  # the arguments (default: sys.argv[1:])
+):
     "Command-line entry: merge the quick subset (or the full grid) of a zoo and print the result table."
     from darts_nb.zoo import build_zoo, ZOO_SIZES
 
     ap = argparse.ArgumentParser(prog='python -m darts_nb.merge', description=main.__doc__)
-    ap.add_argument('--quick', action='store_true', help='only the quick sweep (one per family, darts_nb.merge.QUICK)')
+    ap.add_argument('--quick', action='store_true', help='only the quick sweep (one per family, merge.QUICK)')
     ap.add_argument('--size', default='ci', choices=list(ZOO_SIZES), help='zoo size')
     ap.add_argument('--out', default=None, help='output directory (default DARTS_HOME/merges/<size>)')
     ap.add_argument('--device', default=None)

@@ -11,7 +11,11 @@ import time
 import sqlite3
 import datetime
 from pathlib import Path
-from .core import atomic_path
+from typing import TYPE_CHECKING
+from .core import atomic_path, check_choice, check_number
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # %% auto #0
 __all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'ITEM_COLUMNS', 'SQLITE_MAGIC', 'LEGACY_COLUMNS',
@@ -41,19 +45,18 @@ RESULT_ROLES = ('', 'base', 'expert', 'merged', 'surgered')  # what a row scored
 ITEM_COLUMNS = tuple(KEY_COLUMNS) + ('item', 'value')  # one row per scored item: the paired comparisons need them
 
 # %% ../nbs/10_store.ipynb #e0a1b2c5
-def results_path(run_dir: str | Path) -> Path:
+def results_path(
+    run_dir: str | Path,  # a run directory
+) -> Path:
     "The SQLite file of a run directory."
     return Path(run_dir) / 'results.sqlite'
 
 # %% ../nbs/10_store.ipynb #e0a1b2c7
 class StoreError(ValueError):
-    "A results store that cannot be read or written as it is: empty, corrupt, truncated, of another schema, or not a store."
+    "A results store that cannot be read or written as it is: empty, corrupt, truncated, of another schema."
 
-
+# %% ../nbs/10_store.ipynb #27d23fa1
 SQLITE_MAGIC = b'SQLite format 3\x00'  # the first 16 bytes of every SQLite database file
-LEGACY_COLUMNS = (
-    'source',
-)  # key columns a store of the previous version lacks: it reads (with their sentinels), it takes no rows
 
 
 def _check_file(path: Path) -> None:
@@ -74,28 +77,31 @@ def _check_file(path: Path) -> None:
             f'restore it from a copy, or move it aside and run again to record into a new store'
         )
 
-
+# %% ../nbs/10_store.ipynb #27278e56
 def _sqlite_error(e: sqlite3.Error, path: Path, doing: str) -> Exception:
     "A clear error for an SQLite error on `path`: a full disk is an OSError(ENOSPC), a damaged file a StoreError."
     code = getattr(e, 'sqlite_errorcode', None)
-    if code == 13 or 'disk is full' in str(e):  # SQLITE_FULL
+    # SQLITE_FULL
+    if code == 13 or 'disk is full' in str(e):
         return OSError(
             errno.ENOSPC,
-            f'no space left on the device while {doing} {path}: nothing was recorded (the store keeps what it held); '
-            f'free some space and run again',
+            f'no space left on the device while {doing} {path}: nothing was recorded (the store keeps what it '
+            f'held); free some space and run again',
         )
-    if code == 10 or 'disk I/O error' in str(e):  # SQLITE_IOERR
+    # SQLITE_IOERR
+    if code == 10 or 'disk I/O error' in str(e):
         return OSError(
             errno.EIO, f'I/O error while {doing} {path} ({e}): nothing was recorded; check the disk and run again'
         )
-    if code in (11, 26) or 'malformed' in str(e) or 'not a database' in str(e):  # SQLITE_CORRUPT, SQLITE_NOTADB
+    # SQLITE_CORRUPT, SQLITE_NOTADB
+    if code in (11, 26) or 'malformed' in str(e) or 'not a database' in str(e):
         return StoreError(
             f'{path} is corrupt or truncated (SQLite: {e}); it is left as it is: restore it from a copy, '
             f'or move it aside and run again (what it held is then computed anew)'
         )
     return e
 
-
+# %% ../nbs/10_store.ipynb #64fdcac3
 def _check_whole(con: sqlite3.Connection, path: Path) -> None:
     "Refuse a store whose pages SQLite's quick_check finds damaged (a truncated or garbled file)."
     try:
@@ -105,17 +111,21 @@ def _check_whole(con: sqlite3.Connection, path: Path) -> None:
     if res != ['ok']:
         first = res[0].replace('*** in database main ***', '').strip().splitlines()[0]
         raise StoreError(
-            f'{path} is corrupt or truncated (SQLite quick_check: {first}); it is left as it is: restore it from a copy, '
-            f'or move it aside and run again (what it held is then computed anew)'
+            f'{path} is corrupt or truncated (SQLite quick_check: {first}); it is left as it is: restore it from a '
+            f'copy, or move it aside and run again (what it held is then computed anew)'
         )
 
-
+# %% ../nbs/10_store.ipynb #a6064f7f
 def _columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f'PRAGMA table_info({table})')]
 
+# %% ../nbs/10_store.ipynb #f86b2e7c
+# key columns a store of the previous version lacks: it reads (with their sentinels), it takes no rows
+LEGACY_COLUMNS = ('source',)
+
 
 def _check_schema(con: sqlite3.Connection, path: Path, write: bool) -> bool:
-    "Refuse a store without this version's tables and columns; True for a store of the previous version (reads, takes no rows)."
+    "Refuse a store without this version's columns; True for one of the previous version (it reads, takes no rows)."
     have = _columns(con, 'results')
     if not have:
         raise StoreError(
@@ -130,24 +140,24 @@ def _check_schema(con: sqlite3.Connection, path: Path, write: bool) -> bool:
         )
     if missing and write:
         raise StoreError(
-            f'{path} was written by an older darts_nb (no column(s) {missing}: its rows do not say what produced them); '
-            f'it still reads (darts report), but takes no new rows: record into a new run name (--name NEW), or move it aside'
+            f'{path} was written by an older darts_nb (no column(s) {missing}: its rows do not say what produced '
+            f'them); it still reads (darts report), but takes no new rows: record into a new run name (--name NEW), '
+            f'or move it aside'
         )
     return bool(missing)
 
-
+# %% ../nbs/10_store.ipynb #4efcd394
 def _create_tables(con: sqlite3.Connection) -> None:
+    "The `results` and `items` tables, every key column NOT NULL with its sentinel as default."
     keys = [f'{k} {t} NOT NULL DEFAULT {s!r}' for k, (t, s) in KEY_COLUMNS.items()]
-    con.execute(
-        f"CREATE TABLE results ({', '.join(keys + [f'{k} {t}' for k, t in VALUE_COLUMNS.items()])}, UNIQUE ({', '.join(KEY_COLUMNS)}))"
-    )
-    con.execute(
-        f"CREATE TABLE items ({', '.join(keys)}, item TEXT NOT NULL, value REAL, UNIQUE ({', '.join(KEY_COLUMNS)}, item))"
-    )
+    values = [f'{k} {t}' for k, t in VALUE_COLUMNS.items()]
+    unique = ', '.join(KEY_COLUMNS)
+    con.execute(f"CREATE TABLE results ({', '.join(keys + values)}, UNIQUE ({unique}))")
+    con.execute(f"CREATE TABLE items ({', '.join(keys)}, item TEXT NOT NULL, value REAL, UNIQUE ({unique}, item))")
 
-
+# %% ../nbs/10_store.ipynb #38b3692e
 def _create(path: Path) -> None:
-    "Make a new, empty store at `path` whole before it appears (an existing one, made meanwhile by another writer, is kept)."
+    "Make a new, empty store at `path` whole before it appears (one made meanwhile by another writer is kept)."
     with atomic_path(path, replace=False) as tmp:
         con = sqlite3.connect(str(tmp))
         try:
@@ -159,11 +169,11 @@ def _create(path: Path) -> None:
             con.close()
             Path(f'{tmp}-journal').unlink(missing_ok=True)
 
-
+# %% ../nbs/10_store.ipynb #a442005f
 def _set_wal(con: sqlite3.Connection) -> None:
-    for attempt in range(
-        400
-    ):  # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
+    "Turn on WAL, retrying for up to 20 s while another connection holds the file."
+    # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
+    for attempt in range(400):
         try:
             if con.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal':
                 con.execute('PRAGMA journal_mode=WAL')
@@ -173,7 +183,7 @@ def _set_wal(con: sqlite3.Connection) -> None:
                 raise
             time.sleep(0.05)
 
-
+# %% ../nbs/10_store.ipynb #cae57b25
 def _open(
     path: Path,  # the store's file
     write: bool = False,  # open to record (a missing store is created); else it must exist
@@ -197,23 +207,25 @@ def _open(
         raise
     return con, legacy
 
-
+# %% ../nbs/10_store.ipynb #89ce20f7
 def _connect(path: Path) -> sqlite3.Connection:
     "A connection to record into the store at `path` (created if missing)."
     return _open(path, write=True)[0]
 
 # %% ../nbs/10_store.ipynb #e0a1b2c9
 def _clean_row(row: dict, version: str, now: str) -> dict:
+    "A result row checked and complete: its key columns (sentinels for absent ones) and values, stamped."
     bad = sorted(set(row) - set(RESULT_COLUMNS))
     if bad:
         raise ValueError(f'record: unknown column(s) {bad}; expected some of {list(RESULT_COLUMNS)}')
     if row.get('metric') in (None, ''):
         raise ValueError(f'record: every row needs a metric, got {row!r}')
     v = row.get('value')
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise ValueError(f'record: value must be a finite number, got {v!r} in {row!r}')
-    if row.get('role', '') not in RESULT_ROLES:
-        raise ValueError(f"record: role={row['role']!r}; expected one of {RESULT_ROLES}")
+    try:
+        check_number(v, 'value')
+        check_choice(row.get('role', ''), RESULT_ROLES, 'role')
+    except ValueError as e:
+        raise ValueError(f'record: {e} in {row!r}') from None
     out = {}
     for k, (t, s) in KEY_COLUMNS.items():
         x = row.get(k)
@@ -231,6 +243,7 @@ def _clean_row(row: dict, version: str, now: str) -> dict:
 
 # %% ../nbs/10_store.ipynb #5320561c
 def _as_rows(rows, who: str) -> list[dict]:
+    "Rows given as a dict, a list of dicts or a DataFrame, as a list of dicts; a TypeError naming `who` otherwise."
     import pandas as pd
 
     if rows is None:
@@ -243,7 +256,7 @@ def _as_rows(rows, who: str) -> list[dict]:
         raise TypeError(f'record: {who} must be a dict, list or DataFrame, got {type(rows).__name__}')
     return list(rows)
 
-
+# %% ../nbs/10_store.ipynb #ac65e89b
 def _clean_item(row: dict) -> tuple:
     "An item row as a tuple of ITEM_COLUMNS (its key through `_clean_row`'s checks)."
     if row.get('item') in (None, ''):
@@ -251,22 +264,23 @@ def _clean_item(row: dict) -> tuple:
     key = _clean_row({k: v for k, v in row.items() if k != 'item'}, '', '')
     return tuple(key[k] for k in KEY_COLUMNS) + (str(row['item']), key['value'])
 
-
+# %% ../nbs/10_store.ipynb #ac519b17
 def _upsert_sql(table: str, cols: list, values: list) -> str:
+    "An INSERT of `cols` into `table` that updates `values` where the row's key is already there."
     keys = list(KEY_COLUMNS) + (['item'] if table == 'items' else [])
     return (
         f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET " + ', '.join(f'{k}=excluded.{k}' for k in values)
     )
 
-
+# %% ../nbs/10_store.ipynb #9cfa5046
 def record(
-    run_dir: str | Path,  # the run directory (created if missing); the table is run_dir/results.sqlite
+    run_dir: str | Path,  # the run directory (created if missing); the store is run_dir/results.sqlite
     rows=None,  # a dict, a list of dicts or a DataFrame of result rows; None: one row from `fields`
     items=None,  # per-item scores (rows with an `item` id and a `value`) stored beside the rows
     **fields,  # column values; with `rows` they are defaults shared by every row (and item)
 ) -> int:
-    "Upsert result rows (and their items) keyed on their configuration, in one transaction; returns the number of rows."
+    "Upsert result rows (and their items) keyed on their configuration, in one transaction; returns how many rows."
     from darts_nb import __version__
 
     rows = [{}] if rows is None and fields and items is None else _as_rows(rows, 'rows')
@@ -292,6 +306,23 @@ def record(
         con.close()
     return len(clean)
 
+# %% ../nbs/10_store.ipynb #aa67091d
+def _read(path: Path, table: str, cols: list[str]) -> 'pd.DataFrame':
+    "Rows of a checked store's table (a column the previous version lacks comes back as its sentinel)."
+    import pandas as pd
+
+    con, legacy = _open(path)
+    try:
+        have = set(_columns(con, table))
+        if not have:
+            return pd.DataFrame(columns=cols)  # the previous version's store without an items table
+        sel = [c if c in have else f'{KEY_COLUMNS[c][1]!r} AS {c}' for c in cols]
+        return pd.read_sql_query(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid", con)
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'reading') from e
+    finally:
+        con.close()
+
 # %% ../nbs/10_store.ipynb #e0a1b2d1
 def load_results(
     run_dir,  # a run directory, or a list of them (concatenated)
@@ -309,24 +340,7 @@ def load_results(
         )
     return _read(p, 'results', list(RESULT_COLUMNS))
 
-
-def _read(path: Path, table: str, cols: list[str]) -> 'pd.DataFrame':
-    "Rows of a checked store's table (a column the previous version lacks comes back as its sentinel)."
-    import pandas as pd
-
-    con, legacy = _open(path)
-    try:
-        have = set(_columns(con, table))
-        if not have:
-            return pd.DataFrame(columns=cols)  # the previous version's store without an items table
-        sel = [c if c in have else f'{KEY_COLUMNS[c][1]!r} AS {c}' for c in cols]
-        return pd.read_sql_query(f"SELECT {', '.join(sel)} FROM {table} ORDER BY rowid", con)
-    except sqlite3.Error as e:
-        raise _sqlite_error(e, path, 'reading') from e
-    finally:
-        con.close()
-
-
+# %% ../nbs/10_store.ipynb #d12060c7
 def load_items(
     run_dir: str | Path,  # a run directory
     **key,  # column values the items must have (e.g. merge_config='ta-0.5', domain='math')

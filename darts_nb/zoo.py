@@ -1,4 +1,4 @@
-"""The embedded default: a tokenizer, a base Llama and one expert per domain, trained here on the CPU; and the profiles.
+"""The embedded default: a tokenizer, a base Llama and one expert per domain, trained on the CPU; profiles.
 
 Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 import torch
 from tqdm.auto import tqdm
 from darts_nb.core import (
@@ -40,6 +41,10 @@ from darts_nb.hub import (
     check_checkpoint_files,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from transformers import PreTrainedTokenizerFast
+
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'PROFILE_KEYS',
            'PROFILE_EXAMPLE', 'ZooSpec', 'zoo_spec', 'zoo_dir', 'corpus', 'train_tokenizer', 'fragment',
@@ -53,24 +58,23 @@ class ZooSpec:
     "The recipe of a zoo: architecture, data and training budget."
 
     size: str  # its name
-    hidden: int
-    layers: int
-    heads: int
-    intermediate: int
-    vocab: int  # the Llama architecture
+    hidden: int  # the Llama architecture: hidden size,
+    layers: int  # decoder layers,
+    heads: int  # attention heads,
+    intermediate: int  # MLP width,
+    vocab: int  # vocabulary size
     base_steps: int  # pre-training steps of the base
     expert_steps: dict  # domain -> fine-tuning steps of its expert
     expert_lr: dict  # domain -> its expert's peak learning rate (gentle: small task vectors)
     batch: int = 8  # packed sequences per step
     lr: float = 3e-3  # the base's peak learning rate
     max_len: int = 512  # tokens per packed sequence
-    paired: dict = field(
-        default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4}
-    )  # domain -> share of solved examples in the base's text
+    # domain -> share of solved examples in the base's text
+    paired: dict = field(default_factory=lambda: {'code': 0.1, 'math': 0.15, 'instruct': 0.4})
     replay: float = 0.3  # share of the base's own sequences in each expert's fine-tuning (at most all of them)
     docs: int = 30000  # documents drawn for the base's corpus
 
-
+# %% ../nbs/03_zoo.ipynb #50307a93
 ZOO_SIZES = {
     'ci': ZooSpec(
         'ci',
@@ -93,8 +97,9 @@ ZOO_SIZES = {
         base_steps=320,
         expert_steps={'code': 100, 'math': 120, 'instruct': 200},
         expert_lr={'code': 5e-4, 'math': 5e-4, 'instruct': 1e-3},
+        # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
         replay=0.6,
-    ),  # more replay, smaller interference: the best task-arithmetic merge keeps most of each expert
+    ),
 }
 ROLES = ('base',) + DOMAINS  # the models of a zoo or a profile
 
@@ -170,7 +175,7 @@ def fragment(
         return item['query'].split('\n')[1].strip().strip('"')  # the docstring's first line
     return item['query'].rsplit('\n', 1)[0]  # without 'Answer:' / 'Response:'
 
-
+# %% ../nbs/03_zoo.ipynb #e0ae0226
 def base_documents(
     rng: random.Random,  # draws the documents
     n: int,  # how many
@@ -185,7 +190,7 @@ def base_documents(
         docs.append([(it['query'] + it['target'], True)] if rng.random() < paired[d] else [(fragment(it, rng), True)])
     return docs
 
-
+# %% ../nbs/03_zoo.ipynb #9e35e0cf
 def expert_documents(
     domain: str,  # one of DOMAINS
     rng: random.Random,  # draws the documents
@@ -209,7 +214,7 @@ def pack(
     docs: list[list[tuple[str, bool]]],  # documents of (text, trained) pieces
     max_len: int,  # tokens per sequence
 ) -> list[tuple[list[int], list[int]]]:
-    "(ids, labels) sequences of exactly `max_len` tokens, each beginning with `<s>`; labels -100 where not trained."
+    "(ids, labels) sequences of exactly `max_len` tokens, each beginning with `<s>`; labels -100 where untrained."
     rows, ids, lab = [], [tok.bos_token_id], [-100]
     for doc in docs:
         for text, on in doc + [(tok.eos_token, doc[-1][1])]:
@@ -235,9 +240,12 @@ def train_lm(
     set_seed(seed)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps))
-    )
+
+    def factor(s):
+        "Warm-up over 20 steps, then cosine decay to 0 at `steps`."
+        return min(1, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     model.train()
     hist = []
     for _ in (bar := tqdm(range(steps), desc=desc, leave=False)):
@@ -255,6 +263,7 @@ def train_lm(
 
 # %% ../nbs/03_zoo.ipynb #da061e54
 def _new_model(spec: ZooSpec, tok, seed: int):
+    "A fresh LlamaForCausalLM of the spec's architecture, the tokenizer's vocabulary and special ids."
     from transformers import LlamaConfig, LlamaForCausalLM
 
     set_seed(seed)
@@ -274,21 +283,22 @@ def _new_model(spec: ZooSpec, tok, seed: int):
     )
     return LlamaForCausalLM(cfg)
 
-
+# %% ../nbs/03_zoo.ipynb #5d96b51e
 def _save(model, tok, path: Path, meta: dict) -> Path:
-    "Write a checkpoint atomically (a finished one that another process wrote first is kept); a full disk is an OSError naming `path`, nothing left."
+    "Write a checkpoint atomically (one that another process finished first is kept); a full disk leaves nothing."
     with atomic_path(path, replace=False) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         write_json(tmp / 'zoo.json', meta)
     return path
 
-
-ZOO_FILES = ('zoo.json', 'config.json', 'model.safetensors', 'tokenizer.json')  # what `_save` writes, at least
+# %% ../nbs/03_zoo.ipynb #650ce343
+# what `_save` writes, at least
+ZOO_FILES = ('zoo.json', 'config.json', 'model.safetensors', 'tokenizer.json')
 
 
 def _is_complete(path: Path, key: str) -> bool:
-    "A model directory finished by a build of recipe `key`, every file whole; a foreign, incomplete or damaged one is an error naming the file."
+    "Whether `path` is a model finished by recipe `key`, every file whole; an error naming a foreign or damaged one."
     if not path.exists():
         return False
     missing = [f for f in ZOO_FILES if not (path / f).is_file()]
@@ -334,8 +344,9 @@ def build_zoo(
     base_rows = pack(tok, base_documents(rng, spec.docs, spec.paired), spec.max_len)
     if not _is_complete(paths['base'], key):
         model = _new_model(spec, tok, seed)
-        hist = train_lm(model, base_rows, spec.base_steps, spec.lr, spec.batch, seed=seed, desc='base')
-        _save(model, tok, paths['base'], dict(key=key, role='base', spec=asdict(spec), seed=seed, final_loss=hist[-1]))
+        hist = train_lm(model, base_rows, steps=spec.base_steps, lr=spec.lr, batch=spec.batch, seed=seed, desc='base')
+        meta = dict(key=key, role='base', spec=asdict(spec), seed=seed, final_loss=hist[-1])
+        _save(model, tok, paths['base'], meta=meta)
     for d in DOMAINS:
         if _is_complete(paths[d], key):
             continue
@@ -344,8 +355,10 @@ def build_zoo(
             base_rows, min(len(base_rows), int(len(rows) * spec.replay / (1 - spec.replay)))
         )
         model = AutoModelForCausalLM.from_pretrained(paths['base'], dtype=torch.float32)
-        hist = train_lm(model, rows, spec.expert_steps[d], spec.expert_lr[d], spec.batch, seed=seed + 1, desc=d)
-        _save(model, tok, paths[d], dict(key=key, role=d, spec=asdict(spec), seed=seed, final_loss=hist[-1]))
+        steps, lr = spec.expert_steps[d], spec.expert_lr[d]
+        hist = train_lm(model, rows, steps=steps, lr=lr, batch=spec.batch, seed=seed + 1, desc=d)
+        meta = dict(key=key, role=d, spec=asdict(spec), seed=seed, final_loss=hist[-1])
+        _save(model, tok, paths[d], meta=meta)
     write_json(root / 'build.json', dict(size=size, seed=seed, key=key, seconds=round(time.time() - t0, 1)))
     return paths
 
@@ -387,24 +400,20 @@ ARCH_FIELDS = (
     'tie_word_embeddings',
     'head_dim',
 )
-NOTE_FIELDS = (
-    'vocab_size',
-    'rope_theta',
-    'rope_parameters',
-    'max_position_embeddings',
-)  # may differ (an extended vocabulary, Code Llama's RoPE): noted
-VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')  # their rows may grow with an extended vocabulary
+# may differ (an extended vocabulary, Code Llama's RoPE): noted
+NOTE_FIELDS = ('vocab_size', 'rope_theta', 'rope_parameters', 'max_position_embeddings')
+# their rows may grow with an extended vocabulary
+VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')
 
 
 def tensor_shapes(
     path: str | Path,  # a checkpoint directory
 ) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights are read; `hub.CorruptFile` for a damaged file); {} without safetensors."
-    return {
-        k: tuple(v['shape']) for f in sorted(Path(path).glob('*.safetensors')) for k, v in check_safetensors(f).items()
-    }
+    "Tensor name -> shape from a checkpoint's safetensors headers (no weights read); {} without safetensors."
+    files = sorted(Path(path).glob('*.safetensors'))
+    return {k: tuple(v['shape']) for f in files for k, v in check_safetensors(f).items()}
 
-
+# %% ../nbs/03_zoo.ipynb #a3e32009
 def _vocab(path: Path) -> dict | None:
     "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
     if not any((path / f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')):
@@ -416,8 +425,13 @@ def _vocab(path: Path) -> dict | None:
     except Exception as e:
         raise ValueError(f"could not read the tokenizer of {path}: {type(e).__name__}: {e}") from e
 
-
-def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
+# %% ../nbs/03_zoo.ipynb #1f60245d
+def _check_tensors(
+    rt: dict,  # the reference's tensor shapes
+    t: dict,  # the other's
+    a: str,  # the other's name, for the messages
+    b: str,  # the reference's name
+) -> None:
     "Same tensors and shapes, except more rows in the vocabulary tensors."
     for k in sorted(set(rt) | set(t)):
         if k not in t:
@@ -428,38 +442,45 @@ def _check_tensors(rt: dict, t: dict, a: str, b: str) -> None:
         if rt[k] != t[k] and not grows:
             raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
 
-
+# %% ../nbs/03_zoo.ipynb #2f01e716
 def check_vocab(
     rv: dict,  # the reference vocabulary (token -> id)
     v: dict,  # the other vocabulary
-    a: str,
-    b: str,  # the names of the other and of the reference, for the messages
+    a: str,  # the other's name, for the messages
+    b: str,  # the reference's name, for the messages
 ) -> str | None:
-    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs or is missing."
+    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs or is lost."
     if v == rv:
         return None
     clash = sorted((t, i, v[t]) for t, i in rv.items() if t in v and v[t] != i)
     lost = sorted(t for t in rv if t not in v)
     if clash:
-        raise ValueError(
-            f"{a} and {b} give token {clash[0][0]!r} different ids ({clash[0][2]} vs {clash[0][1]}; {len(clash)} such tokens)"
-        )
+        t, i, j = clash[0]
+        raise ValueError(f"{a} and {b} give token {t!r} different ids ({j} vs {i}; {len(clash)} such tokens)")
     if lost:
         raise ValueError(f"{a} lacks {len(lost)} token(s) of {b}'s vocabulary, e.g. {lost[:3]}")
     added = sorted(set(v) - set(rv), key=v.get)
-    return f"{a} adds {len(added)} token(s) to {b}'s vocabulary ({', '.join(map(repr, added[:4]))}{', ...' if len(added) > 4 else ''}): merged, calibrated and evaluated with {b}'s tokenizer"
+    shown = ', '.join(map(repr, added[:4])) + (', ...' if len(added) > 4 else '')
+    return (
+        f"{a} adds {len(added)} token(s) to {b}'s vocabulary ({shown}): "
+        f"merged, calibrated and evaluated with {b}'s tokenizer"
+    )
 
-
+# %% ../nbs/03_zoo.ipynb #82e7ba31
 def check_compatible(
     paths: dict[str, str | Path] | list[str | Path],  # role -> local checkpoint, or a list; the first is the reference
 ) -> list[str]:
-    "Raise a ValueError naming the checkpoint and the config field, tensor or token that conflicts with the first (`hub.CorruptFile` naming a damaged file); return (and warn) notes on tolerated differences."
+    "A ValueError naming the checkpoint and the field, tensor or token in conflict with the first; else the notes."
     import warnings
 
-    items = [(str(n), Path(p)) for n, p in (paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths))]
+    named = paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths)
+    items = [(str(n), Path(p)) for n, p in named]
     for _, p in items:
         check_checkpoint_files(p)
-    who = lambda n, p: str(p) if n == str(p) else f'{n} ({p})'
+
+    def who(n, p):
+        return str(p) if n == str(p) else f'{n} ({p})'
+
     (rn, ref), rest = items[0], items[1:]
     rc, rt, rv, notes = read_json(ref / 'config.json'), tensor_shapes(ref), _vocab(ref), []
     for n, p in rest:
@@ -471,14 +492,13 @@ def check_compatible(
             raise ValueError(
                 f"{a} differs from {b} in config field vocab_size: {c.get('vocab_size')!r} < {rc.get('vocab_size')!r}"
             )
-        notes += [
-            f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in NOTE_FIELDS if rc.get(f) != c.get(f)
-        ]
+        diff = [f for f in NOTE_FIELDS if rc.get(f) != c.get(f)]
+        notes += [f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in diff]
         t = tensor_shapes(p)
         if rt and t:
-            _check_tensors(rt, t, a, b)
+            _check_tensors(rt, t, a=a, b=b)
         v = _vocab(p)
-        if rv is not None and v is not None and (note := check_vocab(rv, v, a, b)):
+        if rv is not None and v is not None and (note := check_vocab(rv, v, a=a, b=b)):
             notes.append(note)
     for note in notes:
         warnings.warn(note)
@@ -520,7 +540,7 @@ def score_model(
 ) -> dict:
     "Score a model on a split with the domain's checker: domain, metric, value (%), n, stderr (%)."
     items = load_split(domain, split, seed)[:limit]
-    comps = generate_completions(model, tok, [it['prompt'] for it in items], GEN_TOKENS[domain])
+    comps = generate_completions(model, tok, [it['prompt'] for it in items], max_new_tokens=GEN_TOKENS[domain])
     s = torch.tensor([score_completion(domain, it, c) for it, c in zip(items, comps)])
     return dict(
         domain=domain,
@@ -530,7 +550,7 @@ def score_model(
         stderr=100 * (s.std().item() / math.sqrt(len(s)) if len(s) > 1 else 0.0),
     )
 
-
+# %% ../nbs/03_zoo.ipynb #a29a8bb0
 def zoo_table(
     paths: dict[str, Path],  # role -> checkpoint, e.g. from `build_zoo`
     limit: int | None = None,  # eval items per domain (None: all)
@@ -542,7 +562,8 @@ def zoo_table(
     for role, p in tqdm(paths.items(), desc='score zoo', leave=False):
         model, tok = load_model(p)
         rows += [dict(model=role, **score_model(model, tok, d, limit=limit)) for d in DOMAINS]
-    return pd.DataFrame(rows).pivot(index='model', columns='domain', values='value').loc[list(paths), list(DOMAINS)]
+    table = pd.DataFrame(rows).pivot(index='model', columns='domain', values='value')
+    return table.loc[list(paths), list(DOMAINS)]
 
 # %% ../nbs/03_zoo.ipynb #d200cb02
 @dataclass
@@ -571,7 +592,7 @@ _SAFE_NAME = r'[A-Za-z0-9][A-Za-z0-9._+-]*'
 
 
 def _read_profile_file(p: Path):
-    "The parsed YAML (or JSON) of a profile file; a ValueError naming the file, and where, when it does not parse."
+    "The parsed YAML (or JSON) of a profile file; a ValueError naming the file, and where, if it does not parse."
     import yaml
 
     if not p.exists():
@@ -587,22 +608,25 @@ def _read_profile_file(p: Path):
     except yaml.YAMLError as e:
         m = getattr(e, 'problem_mark', None)
         at = f" at line {m.line + 1}, column {m.column + 1}" if m else ''
+        why = getattr(e, 'problem', None) or e
         raise ValueError(
-            f"profile file {p}: not valid YAML{at} ({getattr(e, 'problem', None) or e}); a profile looks like\n{PROFILE_EXAMPLE}"
+            f"profile file {p}: not valid YAML{at} ({why}); a profile looks like\n{PROFILE_EXAMPLE}"
         ) from None
 
-
+# %% ../nbs/03_zoo.ipynb #76b29cce
 def _shown(v) -> str:
+    "A value as a message shows it: its type and repr, or 'nothing (empty)'."
     return 'nothing (empty)' if v is None else f"{type(v).__name__} {v!r}"[:100]
 
-
+# %% ../nbs/03_zoo.ipynb #da493a3e
 def check_profile(
     d,  # a parsed profile: a mapping with 'base' and 'experts'
     where: str = 'profile',  # names it in the messages (e.g. the YAML file)
 ) -> dict:
-    "`d` if it is a profile mapping: 'base' a path or hub id, 'experts' a mapping domain -> path or hub id, optional 'eval' and 'name'; else a ValueError that shows a valid one."
+    "`d` if it is a profile mapping (`PROFILE_KEYS`); else a ValueError naming `where` and showing a valid one."
 
     def bad(what):
+        "The error, with the example."
         return ValueError(f"{where}: {what}; a profile looks like\n{PROFILE_EXAMPLE}")
 
     if not isinstance(d, dict):
@@ -630,27 +654,25 @@ def check_profile(
         raise bad(f"name is {_shown(d['name'])}: expected a plain directory name (letters, digits, . _ + -)")
     return d
 
-
+# %% ../nbs/03_zoo.ipynb #187ae0f1
 def _file_profile_name(p: Path, d: dict) -> str:
-    "A YAML profile's name: its 'name', else the file's stem made a plain directory name, else a hash of its content."
+    "A YAML profile's name: its 'name', else the file's stem as a plain directory name, else a content hash."
     if 'name' in d:
         return str(d['name'])
     stem = re.sub(r'[^A-Za-z0-9._+-]+', '-', p.stem).strip('.-_+')
     return stem if re.fullmatch(_SAFE_NAME, stem) else f'profile-{stable_hash(d, 8)}'
 
-
+# %% ../nbs/03_zoo.ipynb #e2d1bc54
 def profile_refs(
     profile: str | dict | Path,  # 'llama2-7b', a dict, or a YAML path
 ) -> tuple[str, dict, str]:
-    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved; a clear error for a malformed one."
+    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved."
     if isinstance(profile, dict):
         d = check_profile(profile, 'profile dict')
         name = str(d.get('name', 'custom'))
     elif str(profile) == 'llama2-7b':
-        name, d = (
-            'llama2-7b',
-            dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'}),
-        )
+        name = 'llama2-7b'
+        d = dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'})
     else:
         p = Path(profile).expanduser()
         if p.suffix not in ('.yaml', '.yml', '.json'):
@@ -659,9 +681,10 @@ def profile_refs(
             )
         d = check_profile(_read_profile_file(p), f'profile file {p}')
         name = _file_profile_name(p, d)
-    return name, {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}, d.get('eval', 'paper')
+    refs = {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}
+    return name, refs, d.get('eval', 'paper')
 
-
+# %% ../nbs/03_zoo.ipynb #c85a2d24
 def get_profile(
     profile: str | dict | Path = 'toy',  # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
     build: bool = True,  # build the zoo for 'toy'/'ci' if missing
@@ -673,12 +696,13 @@ def get_profile(
     name, refs, ev = profile_refs(profile)
     local = resolve_models(refs, profile='<your profile YAML>' if isinstance(profile, dict) else str(profile))
     ids = {r: v for r, v in refs.items() if is_hub_id(v)}
-    return Profile(
-        name, str(local['base']), {d: str(local[d]) for d in refs if d != 'base'}, eval_profile=ev, hub_ids=ids or None
-    )
+    experts = {d: str(local[d]) for d in refs if d != 'base'}
+    return Profile(name, str(local['base']), experts, eval_profile=ev, hub_ids=ids or None)
 
 # %% ../nbs/03_zoo.ipynb #3c4b0019
-def main(argv: list[str] | None = None):
+def main(
+    argv: list[str] | None = None,  # the arguments (default: sys.argv[1:])
+):
     "Build a zoo and print its 4 x 3 score table."
     import argparse
 

@@ -1,8 +1,9 @@
-"""Issue 16 for the zoo, profiles and merges: every bad input or fault is a clear error naming the merge / file / key / value,
-or a correct result, and nothing half-written is left (a half-written or non-finite merge never counts as done).
+"""Issue 16 for the zoo, profiles and merges: every bad input or fault is a clear error naming the merge / file / key /
+value, or a correct result, and nothing half-written is left (a half-written or non-finite merge never counts as done).
 
-Tables: merge configurations (TABLE_CONFIG), merge outputs that are not usable (TABLE_OUTPUT), corrupt checkpoints (TABLE_CORRUPT),
-the zoo's completeness (TABLE_ZOO), YAML profiles (TABLE_PROFILE), a YAML profile's merges folder, and a full disk (TABLE_DISK)."""
+Tables: merge configurations (TABLE_CONFIG), merge outputs that are not usable (TABLE_OUTPUT), corrupt checkpoints
+(TABLE_CORRUPT), the zoo's completeness (TABLE_ZOO), YAML profiles (TABLE_PROFILE), a YAML profile's merges folder, and
+a full disk (TABLE_DISK)."""
 
 import errno
 import json
@@ -13,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 from darts_nb import merge, zoo
 from darts_nb.hub import CorruptFile
@@ -23,14 +23,12 @@ from darts_nb.merge import (
     ties_config,
     linear_config,
     dare_config,
-    validate_config,
-    check_models,
     is_finished,
     unfinished_reason,
     sweep_configs,
     check_merge_output,
 )
-from darts_nb.zoo import build_zoo, check_compatible, get_profile, profile_refs, zoo_dir
+from darts_nb.zoo import build_zoo, check_compatible, get_profile, zoo_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAINS = ('code', 'math', 'instruct')
@@ -62,7 +60,7 @@ def copy_model(m, role, tmp_path) -> Path:
     return Path(shutil.copytree(m[role], tmp_path / f'{role}-copy'))
 
 
-# ---------------------------------------------------------------- 1. merge configurations: refused before any work
+# ---------------- 1. merge configurations: refused before any work
 def _ties(m):
     return ties_config(m['base'], experts(m), 0.5, 0.5)
 
@@ -73,7 +71,8 @@ def _with_model_param(m, **kv):
     return c
 
 
-TABLE_CONFIG = [  # (case, config from the models, message fragments: the merge, the key, the value and what was expected)
+# (case, config from the models, message fragments: the merge, the key, the value and what was expected)
+TABLE_CONFIG = [
     (
         'weight nan',
         lambda m: _with_model_param(m, weight=float('nan')),
@@ -193,7 +192,7 @@ def test_valid_edge_config_is_merged(ci, tmp_path, case, make):
     assert is_finished(tmp_path / 'ok') and check_merge_output(tmp_path / 'ok', ci['base']) and not leftovers(tmp_path)
 
 
-# ---------------------------------------------------------------- 1. merge outputs that are not usable never count as done
+# ---------------- 1. merge outputs that are not usable never count as done
 def _expert_with_inf(m, tmp_path):
     p = copy_model(m, 'math', tmp_path)
     w = load_file(p / 'model.safetensors')
@@ -286,7 +285,8 @@ def test_unusable_merge_fails_and_is_removed(ci, tmp_path, monkeypatch, case, ma
 
 
 def test_damaged_finished_merge_is_not_skipped(ci, tmp_path):
-    "A finished merge damaged afterwards (truncated on disk) no longer counts as finished: the re-run names the file; the folder is kept for the user to delete."
+    """A finished merge damaged afterwards (truncated on disk) no longer counts as finished: the re-run names the file;
+    the folder is kept for the user to delete."""
     cfg = {'ta-0.5': ta_config(ci['base'], experts(ci), 0.5)}
     assert list(run_merges(cfg, tmp_path, device='cpu', progress=False).status) == ['done']
     whole = (tmp_path / 'ta-0.5' / 'model.safetensors').read_bytes()
@@ -311,7 +311,7 @@ def test_damaged_failure_record_is_named(ci, tmp_path):
     assert not (tmp_path / 'ta-0.5').exists()
 
 
-# ---------------------------------------------------------------- 3. corrupt or truncated checkpoints: a clear error naming the file
+# ---------------- 3. corrupt or truncated checkpoints: a clear error naming the file
 def _trunc(f, keep=0.5):
     b = f.read_bytes()
     f.write_bytes(b[: int(len(b) * keep)])
@@ -436,7 +436,7 @@ def test_corrupt_weights_in_load_model(ci, tmp_path):
         zoo.load_model(p, device='cpu')
 
 
-# ---------------------------------------------------------------- 2. the zoo's completeness check verifies its files
+# ---------------- 2. the zoo's completeness check verifies its files
 @pytest.fixture
 def zoo_home(tmp_path, monkeypatch):
     "A DARTS_HOME holding a copy of the built ci zoo."
@@ -499,7 +499,7 @@ def test_whole_zoo_copy_is_reused(zoo_home):
     assert paths['base'] == zoo_home / 'base' and {p: p.stat().st_mtime_ns for p in zoo_home.rglob('*')} == mt
 
 
-# ---------------------------------------------------------------- 4. YAML profiles: a clear error naming the file, with an example
+# ---------------- 4. YAML profiles: a clear error naming the file, with an example
 TABLE_PROFILE = [  # (case, file content, what the message says)
     ('syntax error', 'base: /m/base\nexperts:\n  code: [unclosed\n', 'not valid YAML at line'),
     ('tab indentation', 'base: /m/base\nexperts:\n\tcode: /m/code\n', 'not valid YAML'),
@@ -565,7 +565,7 @@ def test_good_profile_file(ci, tmp_path, case, fname, text, name):
     assert prof.name == name and prof.base == str(ci['base']) and prof.experts['math'] == str(ci['math'])
 
 
-# ---------------------------------------------------------------- 5. `darts merge --profile /abs/path/profile.yaml`: merges under DARTS_HOME/merges
+# ---------------- 5. `darts merge --profile /abs/path/profile.yaml`: merges under DARTS_HOME/merges
 def test_yaml_profile_merges_go_under_darts_home(ci, tmp_path):
     y = tmp_path / 'conf' / 'profile.yaml'
     y.parent.mkdir()
@@ -599,9 +599,9 @@ def test_yaml_profile_merges_go_under_darts_home(ci, tmp_path):
     assert not leftovers(tmp_path / 'home' / 'merges')
 
 
-# ---------------------------------------------------------------- 6. a full disk: a clear error, nothing half-written, the sweep stops
+# ---------------- 6. a full disk: a clear error, nothing half-written, the sweep stops
 def _enospc_safetensors(write_part):
-    "A stand-in for safetensors.torch.save_file that writes part of the file, then fails as safetensors does on a full disk."
+    "A stand-in for safetensors.torch.save_file that writes part of the file, then fails as it does on a full disk."
     from safetensors import SafetensorError
 
     def save(tensors, filename, metadata=None):

@@ -1,4 +1,4 @@
-"--delete-merges: the sweep scores every merge and keeps none on disk; an arm that needs a merge makes it again, the same."
+"--delete-merges: the sweep scores every merge and keeps none; an arm that needs a merge makes it again, the same."
 
 import shutil
 from darts_nb.runs import make_run, run_dir, stage_sweep, sweep_table, merges_dir, run_arm, NONE

@@ -1,5 +1,7 @@
-"""lm-eval's own command line with the package's tasks (--include_path) and the `darts` model (issue 17): no data file needed, the
-module's correction applied, and the same numbers as `evaluate.evaluate_model` on the corrected model."""
+"""lm-eval's own command line with the package's tasks (--include_path) and the `darts` model (issue 17).
+
+No data file needed, the module's correction applied, and the same numbers as `evaluate.evaluate_model` on the
+corrected model."""
 
 import json
 import os
@@ -50,7 +52,7 @@ def lm_eval(tmp: Path, *args, module='lm_eval') -> dict:
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'fatal: not a git repository' not in r.stderr or module == 'lm_eval'
     res = json.loads(next(tmp.rglob('results_*.json')).read_text())
-    samples = [json.loads(l) for l in next(tmp.rglob('samples_darts_math_*.jsonl')).read_text().splitlines()]
+    samples = [json.loads(line) for line in next(tmp.rglob('samples_darts_math_*.jsonl')).read_text().splitlines()]
     return dict(em=res['results']['darts_math']['exact_match,none'], answers=[s['filtered_resps'] for s in samples])
 
 
@@ -66,7 +68,7 @@ def module_dir(tmp: Path, zero: bool) -> Path:
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory, expert):
-    "The lm-eval runs the tests compare, each made once: lm-eval's hf model, and the darts model with a zero and a random module."
+    "The lm-eval runs the tests compare, each made once: the hf model, the darts model with a zero and a random module."
     tmp = tmp_path_factory.mktemp('lm_eval')
     mod = module_dir(tmp, False)
     return dict(
@@ -114,7 +116,7 @@ def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_appli
 
 
 def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(runs, expert, monkeypatch):
-    "export_corrected's one folder, given to lm-eval's plain `hf` model with trust_remote_code: the darts model's answers."
+    "export_corrected's one folder, given to lm-eval's `hf` model with trust_remote_code: the darts model's answers."
     from darts_nb.deploy import export_corrected
 
     tmp = runs['tmp']

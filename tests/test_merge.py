@@ -13,7 +13,6 @@ from darts_nb.merge import (
     quick_configs,
     run_merges,
     check_models,
-    validate_config,
     ta_config,
     ties_config,
     is_finished,
@@ -141,8 +140,8 @@ def test_interrupted_merge_leaves_nothing_finished(models, tmp_path, monkeypatch
         run_merges(cfgs, out, device='cpu', progress=False)
     assert not (out / 'ta-0.5').exists() and not is_finished(out / 'ta-0.5')
     assert not list(out.glob('.ta-0.5.tmp-*'))
-    # a killed process (SIGKILL: no cleanup) leaves a hidden temp dir and its lease; it never looks finished and is swept,
-    # while another node's merge in progress (a pid unknown here, a recent heartbeat) is left alone
+    # a killed process (SIGKILL: no cleanup) leaves a hidden temp dir and its lease; it never looks finished and is
+    # swept, while another node's merge in progress (a pid unknown here, a recent heartbeat) is left alone
     dead = subprocess.run(
         [sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True
     ).stdout

@@ -4,7 +4,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 import pandas as pd
 import pytest
 from darts_nb.store import record, load_results, results_path, RESULT_COLUMNS
