@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/cache.html.md"""
 
 # %% ../nbs/06_cache.ipynb #6fd0b6ef
 from __future__ import annotations
+import gc
 import json
 import copy
 import os
@@ -32,8 +33,8 @@ from .zoo import check_vocab
 from .lease import clean_stale
 
 # %% auto #0
-__all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'build_cache',
-           'cache_key', 'cache_path', 'get_or_build_cache']
+__all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'release_memory',
+           'model_states', 'build_cache', 'cache_key', 'cache_path', 'get_or_build_cache']
 
 # %% ../nbs/06_cache.ipynb #fb2bc3b4
 @dataclass
@@ -224,6 +225,34 @@ def _name(model) -> str:
     "The model's path or hub id, for messages (its class name when it has none)."
     return str(getattr(model, 'name_or_path', '') or getattr(model.config, '_name_or_path', '') or type(model).__name__)
 
+# %% ../nbs/06_cache.ipynb #e4960594
+def _shape(model) -> tuple[str, int, int]:
+    "(name, hidden size, embedding rows): what `check_pair` compares, kept once the model itself is dropped."
+    return _name(model), model.config.hidden_size, model.get_input_embeddings().weight.shape[0]
+
+# %% ../nbs/06_cache.ipynb #a6560a72
+def _check_shapes(
+    merged: tuple,  # `_shape` of the merged model
+    target: tuple,  # `_shape` of the expert
+    tokenizer=None,  # the tokenizer the cache will use (the merged model's)
+    target_tokenizer=None,  # the expert's own tokenizer, if separate
+) -> None:
+    "`check_pair` on the two models' `_shape`s: usable when the models are never in memory together."
+    (nm, hm, rm), (nt, ht, rt) = merged, target
+    if hm != ht:
+        raise ValueError(f"hidden sizes differ: merged {nm} has {hm}, target {nt} has {ht}")
+    n = len(tokenizer) if tokenizer is not None else min(rm, rt)
+    for who, name, rows in (('merged', nm, rm), ('target', nt, rt)):
+        if rows < n:
+            raise ValueError(f"tokenizer has {n} tokens but {who} {name} has {rows} embedding rows: not its tokenizer")
+    if rm != rt and tokenizer is None:
+        raise ValueError(
+            f"vocabularies differ: merged {nm} has {rm} embedding rows, target {nt} has {rt}; pass the shared tokenizer"
+        )
+    # the expert's tokenizer may add tokens, never renumber or drop one
+    if target_tokenizer is not None and tokenizer is not None:
+        check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), a='target_tokenizer', b='tokenizer')
+
 # %% ../nbs/06_cache.ipynb #88681bef
 def check_pair(
     merged,  # the merged model
@@ -232,24 +261,7 @@ def check_pair(
     target_tokenizer=None,  # the expert's own tokenizer, if separate
 ) -> None:
     "A `ValueError` when the two models (or their tokenizers) cannot share one cache; an extended vocabulary can."
-    em, et = merged.get_input_embeddings().weight.shape, target.get_input_embeddings().weight.shape
-    hm, ht = merged.config.hidden_size, target.config.hidden_size
-    if hm != ht:
-        raise ValueError(f"hidden sizes differ: merged {_name(merged)} has {hm}, target {_name(target)} has {ht}")
-    n = len(tokenizer) if tokenizer is not None else min(em[0], et[0])
-    for who, m, rows in (('merged', merged, em[0]), ('target', target, et[0])):
-        if rows < n:
-            raise ValueError(
-                f"tokenizer has {n} tokens but {who} {_name(m)} has {rows} embedding rows: not its tokenizer"
-            )
-    if em[0] != et[0] and tokenizer is None:
-        raise ValueError(
-            f"vocabularies differ: merged {_name(merged)} has {em[0]} embedding rows, "
-            f"target {_name(target)} has {et[0]}; pass the shared tokenizer"
-        )
-    # the expert's tokenizer may add tokens, never renumber or drop one
-    if target_tokenizer is not None and tokenizer is not None:
-        check_vocab(tokenizer.get_vocab(), target_tokenizer.get_vocab(), a='target_tokenizer', b='tokenizer')
+    _check_shapes(_shape(merged), _shape(target), tokenizer=tokenizer, target_tokenizer=target_tokenizer)
 
 # %% ../nbs/06_cache.ipynb #7a617d05
 TOKEN_KINDS = ('pad', 'prompt', 'context', 'slot', 'answer', 'decision')
@@ -273,36 +285,72 @@ def token_kinds(
         out.append(max([c for a, b, c in codes if s < b and e > a] + [1]))
     return out
 
-# %% ../nbs/06_cache.ipynb #7a617d03
+# %% ../nbs/06_cache.ipynb #d053b5e1
+def release_memory() -> None:
+    "Give back what dropped models held: a garbage collection, then CUDA's cached blocks (when CUDA is in use)."
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+# %% ../nbs/06_cache.ipynb #4ed24ea9
 @torch.no_grad()
-def build_cache(
-    merged,  # the merged model M (frozen)
-    target,  # the expert model k (frozen)
-    tokenizer,  # the shared tokenizer (its padding side is kept)
-    prompts: list[str],  # calibration texts
-    max_len: int = 512,  # T_max: prompts are truncated to this many tokens
+def model_states(
+    model,  # a frozen causal LM
+    ids: torch.Tensor,  # N x T token ids
+    attention_mask: torch.Tensor,  # N x T, 1 real / 0 pad
+    entropy: bool = False,  # also the model's next-token entropy per position (float32, zeros at pads)
     dtype: torch.dtype = torch.bfloat16,  # storage dtype of the hidden states
-    device=None,  # where the cache lives (the training device; default CUDA if available)
+    device=None,  # where the results live (default CUDA if available)
     batch_size: int = 8,  # prompts per forward pass
-    target_tokenizer=None,  # the expert's tokenizer, if separate: must have the same vocabulary
     chunk_size: int = 1024,  # positions per entropy chunk
     progress: bool = True,  # show a tqdm bar
-    spans: list | None = None,  # per prompt, (start, end, kind) character spans: every token's kind is kept
-) -> HiddenCache:
-    "Run both frozen models once over `prompts`: their final hidden states, the expert's entropy, the mask, the ids."
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts: expected a list of strings")
-    if len(prompts) == 0:
-        raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
-    check_int(max_len, 'max_len')
+    desc: str = 'cache',  # the bar's label
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    "One model over tokenized prompts: its final hidden states (N x T x H, zeros at pads), and its entropy or None."
     check_int(batch_size, 'batch_size')
-    check_pair(merged, target, tokenizer=tokenizer, target_tokenizer=target_tokenizer)
+    dev = default_device(device)
+    N, T = ids.shape
+    states = torch.zeros(N, T, model.config.hidden_size, dtype=dtype, device=dev)
+    ent = torch.zeros(N, T, dtype=torch.float32, device=dev) if entropy else None
+    md = model.get_input_embeddings().weight.device
+    for i in tqdm(range(0, N, batch_size), desc=desc, disable=not progress):
+        b_ids, b_am = ids[i : i + batch_size], attention_mask[i : i + batch_size]
+        mb = b_am.bool().to(dev)
+        h, _ = final_hidden(model, b_ids.to(md), b_am.to(md), return_logits=False)
+        if entropy:
+            e = hidden_entropy(h, lm_head(model), chunk_size=chunk_size).to(dev)
+            ent[i : i + batch_size] = e.masked_fill(~mb, 0.0)
+        states[i : i + batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.0)
+    return states, ent
+
+# %% ../nbs/06_cache.ipynb #e8452328
+def _is_loader(model) -> bool:
+    "True for a function that loads a model (a model is callable too, but it is an `nn.Module`)."
+    return callable(model) and not isinstance(model, torch.nn.Module)
+
+# %% ../nbs/06_cache.ipynb #48506e5b
+def _loaded(
+    model,  # a model, (model, tokenizer), or a loader returning either
+    who: str,  # the argument's name, for the error
+) -> tuple:
+    "(model, tokenizer or None): the model itself, or what its loader returns."
+    got = model() if _is_loader(model) else model
+    m, tok = got if isinstance(got, tuple) else (got, None)
+    if not isinstance(m, torch.nn.Module):
+        raise TypeError(f"{who}: expected a model or a function returning (model, tokenizer), got {type(m).__name__}")
+    return m, tok
+
+# %% ../nbs/06_cache.ipynb #b7b7fd5f
+def _encode(
+    tokenizer,  # the shared tokenizer
+    prompts: list[str],  # calibration texts
+    max_len: int,  # T_max
+    spans: list | None,  # per prompt, character spans (their offsets are kept)
+) -> tuple:
+    "(tokenizer with a pad token, the padded and truncated encoding of `prompts`)."
     if tokenizer.pad_token is None:
         tokenizer = copy.copy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token
-    dev = default_device(device)
-    if spans is not None and len(spans) != len(prompts):
-        raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
     enc = tokenizer(
         list(prompts),
         return_tensors='pt',
@@ -311,31 +359,64 @@ def build_cache(
         max_length=max_len,
         return_offsets_mapping=spans is not None,
     )
-    ids, am = enc['input_ids'], enc['attention_mask']
-    if not am.bool().any(dim=1).all():
+    if not enc['attention_mask'].bool().any(dim=1).all():
         raise ValueError("prompts: some prompts tokenize to zero tokens")
-    N, T, H = ids.shape[0], ids.shape[1], merged.config.hidden_size
-    out = dict(
-        merged=torch.zeros(N, T, H, dtype=dtype, device=dev),
-        target=torch.zeros(N, T, H, dtype=dtype, device=dev),
-        entropy=torch.zeros(N, T, dtype=torch.float32, device=dev),
-    )
-    head = lm_head(target)
-    for i in tqdm(range(0, N, batch_size), desc='cache', disable=not progress):
-        b_ids, b_am = ids[i : i + batch_size], am[i : i + batch_size]
-        mb = b_am.bool().to(dev)
-        for key, model in (('merged', merged), ('target', target)):
-            md = model.get_input_embeddings().weight.device
-            h, _ = final_hidden(model, b_ids.to(md), b_am.to(md), return_logits=False)
-            if key == 'target':
-                e = hidden_entropy(h, head, chunk_size=chunk_size).to(dev)
-                out['entropy'][i : i + batch_size] = e.masked_fill(~mb, 0.0)
-            out[key][i : i + batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.0)
+    return tokenizer, enc
+
+# %% ../nbs/06_cache.ipynb #7a617d03
+@torch.no_grad()
+def build_cache(
+    merged,  # the merged model M (frozen), or a loader: a function of no arguments returning it or (it, tokenizer)
+    target,  # the expert model k (frozen), or a loader (called once M's states are computed and M is dropped)
+    tokenizer,  # the shared tokenizer (its padding side is kept); None: the one the merged loader returns
+    prompts: list[str],  # calibration texts
+    max_len: int = 512,  # T_max: prompts are truncated to this many tokens
+    dtype: torch.dtype = torch.bfloat16,  # storage dtype of the hidden states
+    device=None,  # where the cache lives (the training device; default CUDA if available)
+    batch_size: int = 8,  # prompts per forward pass
+    target_tokenizer=None,  # the expert's tokenizer, if separate (default: the one its loader returns, if any)
+    chunk_size: int = 1024,  # positions per entropy chunk
+    progress: bool = True,  # show a tqdm bar
+    spans: list | None = None,  # per prompt, (start, end, kind) character spans: every token's kind is kept
+) -> HiddenCache:
+    "Run the frozen models over `prompts`, one after the other: hidden states, the expert's entropy, mask, ids."
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts: expected a list of strings")
+    if len(prompts) == 0:
+        raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
+    check_int(max_len, 'max_len')
+    check_int(batch_size, 'batch_size')
+    if spans is not None and len(spans) != len(prompts):
+        raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
+    lazy = _is_loader(merged) or _is_loader(target)
+    if tokenizer is None and not _is_loader(merged):
+        raise ValueError("tokenizer: expected the shared tokenizer, got None (None only with a merged-model loader)")
+    if not lazy:
+        check_pair(merged, target, tokenizer=tokenizer, target_tokenizer=target_tokenizer)
+    dev = default_device(device)
+    kw = dict(dtype=dtype, device=dev, batch_size=batch_size, chunk_size=chunk_size, progress=progress)
+    model, tok = _loaded(merged, 'merged')
+    tokenizer, enc = _encode(tokenizer if tokenizer is not None else tok, prompts, max_len=max_len, spans=spans)
+    ids, am = enc['input_ids'], enc['attention_mask']
+    shape_m = _shape(model)
+    h_m, _ = model_states(model, ids, am, desc='cache: merged', **kw)
+    del model  # with a loader, M's last reference: it goes before the expert comes
+    if lazy:
+        release_memory()
+    model, ttok = _loaded(target, 'target')
+    shape_t = _shape(model)
+    if lazy:
+        ttok = target_tokenizer if target_tokenizer is not None else ttok
+        _check_shapes(shape_m, shape_t, tokenizer=tokenizer, target_tokenizer=ttok)
+    h_t, entropy = model_states(model, ids, am, entropy=True, desc='cache: expert', **kw)
+    del model
+    if lazy:
+        release_memory()
     meta = dict(
-        merged=_name(merged),
-        target=_name(target),
+        merged=shape_m[0],
+        target=shape_t[0],
         prompt_hash=stable_hash(list(prompts)),
-        n_prompts=N,
+        n_prompts=ids.shape[0],
         max_len=max_len,
         vocab_hash=_vocab_hash(tokenizer),
         padding_side=tokenizer.padding_side,
@@ -350,7 +431,7 @@ def build_cache(
             device=dev,
         )
     )
-    return HiddenCache(**out, mask=am.bool().to(dev), meta=meta, ids=ids.to(dev), kinds=kinds)
+    return HiddenCache(h_m, h_t, entropy, mask=am.bool().to(dev), meta=meta, ids=ids.to(dev), kinds=kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
 def cache_key(
@@ -395,10 +476,10 @@ def get_or_build_cache(
     batch_size: int = 8,  # prompts per forward pass
     root: str | Path | None = None,  # default: $DARTS_HOME/caches
     progress: bool = True,  # show a tqdm bar
-    models=None,  # path -> (model, tokenizer); default: load from disk onto `device`
+    models=None,  # path -> (model, tokenizer), called for one model at a time; default: load from disk to `device`
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> HiddenCache:
-    "Load the saved cache for these inputs, or build it (loading both models) and save it."
+    "Load the saved cache for these inputs, or build it (one model in memory at a time) and save it."
     inputs = dict(max_len=max_len, dtype=dtype, spans=spans)
     path = cache_path(merged_path, target_path, prompts, root=root, **inputs)
     key = cache_key(merged_path, target_path, prompts, **inputs)
@@ -424,17 +505,16 @@ def get_or_build_cache(
         def models(p):
             return load_model(p, device=dev)
 
-    (m, tok), (t, ttok) = models(merged_path), models(target_path)
+    # loaders, not models: the merged model is run and dropped before the expert is loaded
     c = build_cache(
-        m,
-        t,
-        tok,
+        lambda: models(merged_path),
+        lambda: models(target_path),
+        None,
         prompts=prompts,
         max_len=max_len,
         dtype=dtype,
         device=dev,
         batch_size=batch_size,
-        target_tokenizer=ttok,
         progress=progress,
         spans=spans,
     )
