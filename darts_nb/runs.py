@@ -46,7 +46,7 @@ from .surgery import make_surgery, save_surgery, surgery
 
 # The arms' names are re-exported: `from darts_nb.runs import Arm, NONE` was the import before arms had a notebook.
 from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # noqa: F401
-from .cache import get_or_build_cache
+from .cache import get_or_build_cache, release_memory
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
 from .store import record, load_results, load_items, results_path, RESULT_COLUMNS
@@ -84,6 +84,7 @@ class Run:
     models_key: str = ''  # a hash of the checkpoints' fingerprints: what the merges and the results were made from
     content_key: str = ''  # a hash of what every row is computed from (models, tasks, data); '' for a run by hand
     _models: dict = field(default_factory=dict, repr=False)
+    _heads: dict = field(default_factory=dict, repr=False)  # expert path -> its LM head's weight (V x H)
     _executor: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
 
@@ -137,23 +138,30 @@ class Run:
         self,
         path: str,  # a checkpoint directory
     ):
-        "Load (once) a model and tokenizer by path; the two most recently used stay in memory."
+        "Load (once) a model and tokenizer by path; one model stays in memory: another is released before it loads."
         path = str(path)
-        if path in self._models:
-            self._models[path] = self._models.pop(path)  # most recent last
-        else:
-            while len(self._models) >= 2:
-                self._models.pop(next(iter(self._models)))
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
+        if path not in self._models:
+            self._models.clear()
+            release_memory()  # the last model's memory is given back before the next one is loaded
             self._models[path] = load_model(path, self.device)
         return self._models[path]
 
+    def head(
+        self,
+        path: str,  # an expert's checkpoint directory
+    ) -> torch.Tensor:
+        "The model's LM head weight (V x H, detached), kept after the model itself is released; loaded once."
+        path = str(path)
+        if path not in self._heads:
+            # the weight itself, not a copy: while the model is loaded it costs nothing more
+            self._heads[path] = self.model(path)[0].get_output_embeddings().weight.detach()
+        return self._heads[path]
+
     def release(self):
-        "Drop the loaded models (a stage that loads its own, like the cost measurement, starts with free memory)."
+        "Drop the loaded model and heads (a stage that loads its own, like the cost measurement, starts free)."
         self._models.clear()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        self._heads.clear()
+        release_memory()
 
     def spec(self) -> dict:
         "What a worker needs to rebuild this run: plain data, and no executor (a worker computes its jobs itself)."
@@ -609,9 +617,8 @@ def cache_job(
     domain_cache(run, *args)
 
 # %% ../nbs/15_runs.ipynb #634f78e9
-def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head):
+def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head, cache):
     "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
-    cache = domain_cache(run, merge, domain, split='calib', n=arm.calib_n, seed=arm.seed, mode=arm.calib_text)
     set_seed(arm.seed)
     config = merged.config
     module = make_surgery(arm.kind, config.hidden_size, rank=arm.rank, vocab_size=config.vocab_size)
@@ -643,14 +650,19 @@ def arm_job(
     "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
     key = dict(merge_config=merge, domain=domain, **arm.key())
     need_merge(run, merge)
-    merged, tok = run.model(merges_dir(run) / merge)
-    head = run.model(run.profile.experts[domain])[0].get_output_embeddings()
+    # one model in memory at a time: the expert's head alone outlives the expert, the caches exist (built one model
+    # at a time if they did not) before the merged model is held, and loading it releases the expert
+    head = run.head(run.profile.experts[domain])
     held = domain_cache(run, merge, domain, split='eval')
+    calib = None
+    if arm.kind != 'none':
+        calib = domain_cache(run, merge, domain, split='calib', n=arm.calib_n, seed=arm.seed, mode=arm.calib_text)
+    merged, tok = run.model(merges_dir(run) / merge)
     n = int(held.mask.sum())
     if arm.kind == 'none':
         module, rows, items = None, [], []
     else:
-        module, final = _train_arm(run, merge, domain, arm=arm, merged=merged, head=head)
+        module, final = _train_arm(run, merge, domain, arm=arm, merged=merged, head=head, cache=calib)
         # per held-out prompt: Eq. 7's sums
         before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)
         rows = [
