@@ -11,14 +11,17 @@ import time
 import tempfile
 import resource
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 import torch
-from .core import default_device, set_seed
+from .core import default_device, set_seed, check_int, check_number, check_choice
 from .surgery import make_surgery, save_surgery, n_params
 from .train import train_surgery
+from .losses import LOSS_NEEDS
 
 # %% auto #0
-__all__ = ['COST_PHASES', 'COST_KINDS', 'PeakRSS', 'calibration_cost', 'cost_table']
+__all__ = ['COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS', 'calibration_cost',
+           'cost_table', 'weight_count', 'MemoryPlan', 'memory_plan']
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c6
 def _rss_bytes() -> int:
@@ -75,6 +78,7 @@ def calibration_cost(
     device=None,  # default CUDA if available
     prompts: list[str] | None = None,  # the calibration texts (default: the domain's calibration prompts)
     progress: bool = False,  # tqdm bars
+    side_by_side: bool = False,  # True: both models loaded first and held through training (the paper's Table 8)
 ) -> 'pd.DataFrame':
     "Table 8 for one calibration: wall clock per phase, peak memory, cache, parameter and checkpoint sizes."
     import pandas as pd
@@ -94,30 +98,35 @@ def calibration_cost(
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
+    loads, kept = {}, {}
+
+    def loader(path, phase):
+        "A loader of `path` that times itself as `phase` (and keeps the expert's head weight for KL/CE)."
+
+        def load():
+            t = time.perf_counter()
+            model, tok = load_model(path, device=dev)
+            sync()
+            loads[phase] = time.perf_counter() - t
+            if phase == 'load_target' and 'head' in LOSS_NEEDS.get(loss, ()):
+                kept['head'] = model.get_output_embeddings().weight.detach()  # V x H: all that training needs
+            return model, tok
+
+        return load
+
+    inputs = dict(prompts=prompts, max_len=max_len, device=dev, batch_size=batch_size, progress=progress)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        merged, tok = load_model(merged_path, device=dev)
-        sync()
-        t1 = time.perf_counter()
-        target, ttok = load_model(target_path, device=dev)
-        sync()
-        t2 = time.perf_counter()
-        cache = build_cache(
-            merged,
-            target,
-            tok,
-            prompts=prompts,
-            max_len=max_len,
-            device=dev,
-            batch_size=batch_size,
-            target_tokenizer=ttok,
-            progress=progress,
-        )
+        if side_by_side:
+            (merged, tok), (target, ttok) = loader(merged_path, 'load_merged')(), loader(target_path, 'load_target')()
+            cache = build_cache(merged, target, tok, target_tokenizer=ttok, **inputs)
+        else:
+            cache = build_cache(loader(merged_path, 'load_merged'), loader(target_path, 'load_target'), None, **inputs)
         sync()
         t3 = time.perf_counter()
-        head = target.get_output_embeddings().weight.detach() if loss in ('kl', 'ce') else None
         set_seed(seed)
         mod = make_surgery(kind, cache.hidden_size, rank=rank, max_len=max_len).to(dev)
+        head = kept.get('head')
         train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress)
         sync()
         t4 = time.perf_counter()
@@ -126,9 +135,9 @@ def calibration_cost(
         save_surgery(mod, Path(d) / 'surgery', merged_model=str(merged_path), domain=domain, loss=loss, seed=seed)
         ck = _dir_bytes(Path(d))
     rows = [
-        ('load_merged', t1 - t0, 's'),
-        ('load_target', t2 - t1, 's'),
-        ('precompute', t3 - t2, 's'),
+        ('load_merged', loads['load_merged'], 's'),
+        ('load_target', loads['load_target'], 's'),
+        ('precompute', t3 - t0 - loads['load_merged'] - loads['load_target'], 's'),
         ('train', t4 - t3, 's'),
         ('total', t4 - t0, 's'),
         ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)'),
@@ -145,6 +154,7 @@ def calibration_cost(
         loss=loss,
         iters=iters,
         device=str(dev),
+        side_by_side=side_by_side,
     )
     return df
 
@@ -184,3 +194,228 @@ def cost_table(
     )
     t = t.reindex([p for p in COST_PHASES if p in t.index]).rename(index=COST_PHASES, columns=COST_KINDS)
     return t[[c for c in COST_KINDS.values() if c in t.columns]].rename_axis(index='phase', columns=None)
+
+# %% ../nbs/08_cost.ipynb #30a0d4dc
+LLAMA2_7B = dict(  # Llama-2-7B's config.json: the fields that size it
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    vocab_size=32000,
+    tie_word_embeddings=False,
+)
+# the two models that size the paper profile's plan, known without the hub: the merged model has the base's shape,
+# and Code Llama 7B (16 infilling tokens beyond Llama-2's 32,000) is the largest expert
+PAPER_CONFIGS = {'base': LLAMA2_7B, 'code': {**LLAMA2_7B, 'vocab_size': 32016}}
+# Table 8 of the paper (A100 80 GB, both 7B models held at once): its memory rows
+TABLE8_MEMORY = {'cache': '0.42 GB', 'peak': '29.91 GB (Standard), 31.49 GB (DARTS)'}
+
+# %% ../nbs/08_cost.ipynb #71de7409
+def weight_count(
+    config: dict,  # a Llama-style config (the fields of its config.json)
+) -> int:
+    "Parameters of a Llama-style causal LM from its config: embeddings, decoder layers, final norm and LM head."
+    need = ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'vocab_size')
+    missing = [k for k in need if not config.get(k)]
+    if missing:
+        raise ValueError(f"config: expected a Llama-style config with {list(need)}, missing {missing}")
+    H, inter, L, heads, V = (int(config[k]) for k in need)
+    kv = int(config.get('num_key_value_heads') or heads)
+    hd = int(config.get('head_dim') or H // heads)
+    attn = 2 * H * heads * hd + 2 * H * kv * hd  # q and o, k and v
+    attn += (heads * hd + 2 * kv * hd + H) if config.get('attention_bias') else 0
+    mlp = 3 * H * inter + ((2 * inter + H) if config.get('mlp_bias') else 0)
+    return V * H * (1 if config.get('tie_word_embeddings') else 2) + L * (attn + mlp + 2 * H) + H
+
+# %% ../nbs/08_cost.ipynb #c8f80795
+def _role_configs(
+    shape,  # a profile name, Profile, profile dict or YAML path, a checkpoint directory, or a config (dict or object)
+) -> tuple[str, dict, str]:
+    "(name, role -> config dict, where the configs come from) of what a profile or model would load; nothing loaded."
+    from darts_nb.zoo import ZOO_SIZES, Profile, get_profile, zoo_dir
+    from darts_nb.hub import NotFetched, read_json
+
+    if hasattr(shape, 'to_dict') and hasattr(shape, 'hidden_size'):  # a transformers config
+        return type(shape).__name__, {'base': shape.to_dict()}, 'the config given'
+    if isinstance(shape, dict) and 'hidden_size' in shape:
+        return 'config', {'base': dict(shape)}, 'the config given'
+    if isinstance(shape, (str, Path)) and (Path(shape).expanduser() / 'config.json').is_file():
+        return Path(shape).name, {'base': read_json(Path(shape).expanduser() / 'config.json')}, str(shape)
+    if isinstance(shape, str) and shape in ZOO_SIZES:
+        if (zoo_dir(shape) / 'base' / 'config.json').is_file():
+            shape = get_profile(shape, build=False)
+        else:
+            s = ZOO_SIZES[shape]
+            cfg = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=s.layers)
+            cfg.update(num_attention_heads=s.heads, vocab_size=s.vocab, tie_word_embeddings=False)
+            return shape, {'base': cfg}, f'the {shape} zoo recipe (not built yet)'
+    if not isinstance(shape, Profile):
+        try:
+            shape = get_profile(shape, build=False)
+        except NotFetched:
+            if shape != 'llama2-7b':
+                raise
+            return 'llama2-7b', dict(PAPER_CONFIGS), 'the known Llama-2-7B and Code Llama 7B configs (not fetched here)'
+    paths = shape.paths
+    return (
+        shape.name,
+        {r: read_json(Path(p) / 'config.json') for r, p in paths.items()},
+        'the checkpoints\' config.json',
+    )
+
+# %% ../nbs/08_cost.ipynb #eeb1a5de
+def _device_memory(
+    dev: torch.device,  # the device
+) -> int | None:
+    "Bytes of memory of `dev` when this machine can say (a present CUDA device, or this machine's RAM), else None."
+    if dev.type == 'cuda':
+        if not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count():
+            return None
+        return torch.cuda.get_device_properties(dev.index or 0).total_memory
+    if dev.type == 'cpu':
+        try:
+            return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
+
+# %% ../nbs/08_cost.ipynb #4d0b9bac
+def _plan_bytes(
+    merged: dict,  # the merged model's config (the base's)
+    expert: dict,  # the largest expert's config
+    wbytes: int,  # bytes per weight (2: bfloat16, 4: float32)
+    cpu: bool,  # attention scores materialised (no fused attention)
+    batch_size: int = 8,  # prompts per forward pass and per training step
+    n_prompts: int = 50,  # calibration prompts
+    max_len: int = 512,  # T
+    loss: str = 'ewl1',  # the training loss
+    surgery_params: int = 0,  # the module's parameters
+    chunk_size: int = 1024,  # positions per entropy / logits chunk
+) -> dict[str, tuple[int, int]]:
+    "Row -> (bytes one model at a time, bytes side by side): weights, cache, forward, entropy, head, training, peak."
+    B, T, H = batch_size, max_len, int(merged['hidden_size'])
+    w_m, w_t = weight_count(merged) * wbytes, weight_count(expert) * wbytes
+    V = int(expert['vocab_size'])
+    cache = n_prompts * T * (2 * 2 * H + 4 + 1 + 8)  # h^M, h^k bf16; entropy f32; mask; ids int64
+
+    def forward(c):
+        heads = int(c['num_attention_heads'])
+        return B * T * (4 * H + 3 * int(c['intermediate_size'])) * wbytes + (B * heads * T * T * 4 if cpu else 0)
+
+    fwd = max(forward(merged), forward(expert))
+    chunk = min(chunk_size, B * T)  # a batch's positions are cut in chunks
+    ent = chunk * V * (wbytes + 12) + B * T * H * wbytes  # a chunk's logits, their float32 copies; the batch
+    head = V * H * (wbytes + 4) + 4 * chunk * V * 4 if 'head' in LOSS_NEEDS[loss] else 0
+    train = 8 * B * T * H * 4 + 16 * surgery_params
+    one = max(w_m + cache + fwd, w_t + cache + max(fwd, ent), w_m + cache + train + head)
+    side = max(w_m + w_t + cache + max(fwd, ent), w_m + w_t + cache + train + head)
+    rows = dict(weights=(max(w_m, w_t), w_m + w_t), cache=cache, forward=fwd, entropy=ent, head=head, training=train)
+    return {k: v if isinstance(v, tuple) else (v, v) for k, v in rows.items()} | {'peak': (one, side)}
+
+# %% ../nbs/08_cost.ipynb #0d10282d
+PLAN_ROWS = {
+    'weights': 'model weights',
+    'cache': 'hidden-state cache',
+    'forward': 'one forward pass',
+    'entropy': 'entropy chunk + batch states',
+    'head': "expert's LM head (KL/CE)",
+    'training': 'training step',
+    'peak': 'peak (estimate)',
+}
+
+# %% ../nbs/08_cost.ipynb #94216a08
+@dataclass
+class MemoryPlan:
+    "What one domain's calibration needs on a device, one model at a time and side by side, with a verdict."
+
+    name: str  # the profile or model
+    device: str  # where it computes
+    dtype: str  # what the weights load in
+    source: str  # where the configs came from
+    table: 'pd.DataFrame'  # rows PLAN_ROWS' keys, columns 'one at a time' and 'side by side', bytes
+    memory: int | None = None  # the device's memory in bytes (None: unknown)
+    settings: dict = field(default_factory=dict)  # batch size, prompts, max_len, loss, kind
+
+    @property
+    def peak(self) -> int:
+        "Estimated peak bytes, one model at a time (how the programme calibrates)."
+        return int(self.table.loc['peak', 'one at a time'])
+
+    @property
+    def side_by_side(self) -> int:
+        "Estimated peak bytes with both models held at once (how the paper measured Table 8)."
+        return int(self.table.loc['peak', 'side by side'])
+
+    @property
+    def fits(self) -> bool | None:
+        "Whether the one-at-a-time peak fits the device's memory (None: the memory is not known)."
+        return None if self.memory is None else self.peak <= self.memory
+
+    @property
+    def verdict(self) -> str:
+        "One line: whether the one-at-a-time peak fits the device, and whether side by side would."
+        gb, one, two = 1e9, self.peak / 1e9, self.side_by_side / 1e9
+        if self.memory is None:
+            return f"device memory unknown: one model at a time needs about {one:.1f} GB (side by side {two:.1f} GB)"
+        mem = self.memory / gb
+        if not self.fits:
+            return f"does not fit: one model at a time needs about {one:.1f} GB, {self.device} has {mem:.1f} GB"
+        side = 'would not fit' if self.side_by_side > self.memory else 'would fit too'
+        return f"fits: one model at a time needs about {one:.1f} GB of {mem:.1f} GB; side by side ({two:.1f} GB) {side}"
+
+    def __str__(self):
+        s = self.settings
+        head = (
+            f"memory plan: {self.name} on {self.device} ({self.dtype} weights; {s['n_prompts']} prompts x "
+            f"{s['max_len']} tokens, batch {s['batch_size']}, loss {s['loss']}; configs: {self.source})"
+        )
+        t = self.table.map(lambda b: _human(b, 'bytes'))
+        t['paper, Table 8 (side by side, A100)'] = [TABLE8_MEMORY.get(k, '-') for k in t.index]
+        t.index = [PLAN_ROWS[k] for k in t.index]
+        return '\n'.join([head, t.to_string(), self.verdict])
+
+# %% ../nbs/08_cost.ipynb #5c071d54
+def memory_plan(
+    shape='llama2-7b',  # a profile ('toy', 'ci', 'llama2-7b', a Profile, dict or YAML path), a checkpoint or a config
+    device=None,  # where the run computes: 'cuda', 'cuda:N', 'cpu' (None: CUDA if available); sets the weights' dtype
+    batch_size: int = 8,  # prompts per forward pass and per training step
+    n_prompts: int = 50,  # calibration prompts per domain
+    max_len: int = 512,  # T_max
+    loss: str = 'ewl1',  # the training loss ('kl' and 'ce' keep the expert's LM head)
+    kind: str = 'position',  # the surgery module
+    rank: int = 16,  # its bottleneck rank
+    memory: float | None = None,  # the device's memory in GB, for a device that is not here (None: ask the device)
+) -> MemoryPlan:
+    "The memory one domain's calibration needs on `device`, from the configs alone, one model at a time and both."
+    for arg, v in (('batch_size', batch_size), ('n_prompts', n_prompts), ('max_len', max_len), ('rank', rank)):
+        check_int(v, arg)
+    check_choice(loss, LOSS_NEEDS, 'loss')
+    try:
+        dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu') if device is None else torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps") from None
+    name, cfgs, source = _role_configs(shape)
+    merged = cfgs.get('base', next(iter(cfgs.values())))
+    expert = max((c for r, c in cfgs.items() if r != 'base'), key=weight_count, default=merged)
+    with torch.device('meta'):
+        params = n_params(make_surgery(kind, int(merged['hidden_size']), rank=rank, max_len=max_len))
+    wbytes = 2 if dev.type == 'cuda' else 4  # load_model: bfloat16 on a GPU, float32 elsewhere
+    rows = _plan_bytes(
+        merged,
+        expert,
+        wbytes=wbytes,
+        cpu=dev.type != 'cuda',
+        batch_size=batch_size,
+        n_prompts=n_prompts,
+        max_len=max_len,
+        loss=loss,
+        surgery_params=params,
+    )
+    import pandas as pd
+
+    table = pd.DataFrame.from_dict(rows, orient='index', columns=['one at a time', 'side by side'])
+    mem = _device_memory(dev) if memory is None else int(check_number(memory, 'memory', lo=0, lo_open=True) * 1e9)
+    settings = dict(batch_size=batch_size, n_prompts=n_prompts, max_len=max_len, loss=loss, kind=kind, rank=rank)
+    dtype = 'bfloat16' if wbytes == 2 else 'float32'
+    return MemoryPlan(name, str(dev), dtype, source=source, table=table, memory=mem, settings=settings)
