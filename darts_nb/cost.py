@@ -13,11 +13,15 @@ import resource
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 import torch
 from .core import default_device, set_seed, check_int, check_number, check_choice
 from .surgery import make_surgery, save_surgery, n_params
 from .train import train_surgery
 from .losses import LOSS_NEEDS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # %% auto #0
 __all__ = ['COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS', 'calibration_cost',
