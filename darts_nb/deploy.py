@@ -107,7 +107,8 @@ class _Corrected:
             folder = Path(save_directory) / 'darts_surgery'
             folder.mkdir(parents=True, exist_ok=True)
             for name, f in files.items():
-                shutil.copyfile(f, folder / name)
+                if Path(f).resolve() != (folder / name).resolve():  # saving over the folder it came from
+                    shutil.copyfile(f, folder / name)
         return out
 
 # %% ../nbs/04a_deploy.ipynb #2b6408b2
