@@ -153,12 +153,16 @@ def main(argv=None) -> int:
 
             mine, rho = train_here(Path(a.cache), work / 'module')
             theirs = load_surgery(a.module)
-            worst = max(
-                (p - q).abs().max().item() for p, q in zip(mine.state_dict().values(), theirs.state_dict().values())
-            )
+            pairs = list(zip(mine.state_dict().values(), theirs.state_dict().values()))
+            worst = max((p - q).abs().max().item() for p, q in pairs)
+            num = sum((p - q).pow(2).sum().item() for p, q in pairs)
+            rel = (num / sum(q.pow(2).sum().item() for _, q in pairs)) ** 0.5
             rho_ref = 100 * l1_reduction(theirs, HiddenCache.load(a.cache, device='cpu'))
-            res['surgery'] = dict(max_abs=worst, rho_here=rho, rho_reference=rho_ref)
-            print(f'surgery: max |dw| {worst:.3g}; rho_L1 {rho:.3f} % here, {rho_ref:.3f} % on the reference machine')
+            res['surgery'] = dict(max_abs=worst, rel_frobenius=rel, rho_here=rho, rho_reference=rho_ref)
+            print(
+                f'surgery: max |dw| {worst:.3g}, relative Frobenius {rel:.3g}; rho_L1 {rho:.3f} % here, '
+                f'{rho_ref:.3f} % on the reference machine'
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.out:

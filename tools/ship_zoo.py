@@ -11,8 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from darts_nb.core import stable_hash
-from darts_nb.zoo import ROLES, zoo_manifest
+from darts_nb.zoo import ROLES, manifest_hash, zoo_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +34,7 @@ def main(argv=None) -> int:
         shutil.copy2(src / 'build.json', dest / 'build.json')
     manifest = zoo_manifest(dest)
     (dest / 'manifest.json').write_text(json.dumps(manifest, indent=1, sort_keys=True) + '\n')
-    print(f'shipped {len(manifest)} files into {dest}; REFERENCE_ZOOS[{a.size!r}] = {stable_hash(manifest)!r}')
+    print(f'shipped {len(manifest)} files into {dest}; REFERENCE_ZOOS[{a.size!r}] = {manifest_hash(manifest)!r}')
     return 0
 
 
