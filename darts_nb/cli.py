@@ -42,6 +42,7 @@ CHOICES = dict(  # the library's registries, by name (checked against them below
         'lr',
         'cost',
         'summary',
+        'control',
         'replication',
     ),
     size=('ci', 'toy'),  # zoo.ZOO_SIZES

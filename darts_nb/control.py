@@ -400,7 +400,8 @@ def _control_section(run: Run, figs: Path) -> Section | None:
         if (f / 'bias.csv').exists():
             png = _plot_control(pd.read_csv(f / 'bias.csv'), figs / f"control-{meta['domain']}.png", title=what)
             sec.figures.append((f"the planted bias on held-out {meta['domain']} text, before and after", png))
-        sec.core.append(_control_claim(meta, stats))
+        # it opens the core claims, outside their tally: it checks the machinery, not a claim of the paper
+        sec.top.append(_control_claim(meta, stats))
     sec.notes.append(
         "The biased expert plays the merged model and the clean expert the target: the bias is attached to the "
         "expert as a surgery module (it acts in generation, with the KV cache), the corrections are trained on the "
