@@ -345,7 +345,8 @@ def diagnosis_counts(
     }
     by, parts = ['item', 'kind', 'bucket'], []
     for label, arm in _measurable(run, domain, arms, merge=merge).items():
-        module = None if arm.kind == 'none' else load_surgery(run.shared / 'surgery' / merge / domain / arm.dirname)
+        path = run.shared / 'surgery' / merge / domain / arm.dirname
+        module = None if arm.kind == 'none' else load_surgery(path, device=held.device)
         for head, w in heads.items():
             f = next_token_frame(held, w, heads['expert'], module=module)
             parts.append(_sums(f, by).reset_index().assign(arm=label, arm_dir=arm.dirname, head=head))
@@ -444,7 +445,21 @@ def _cells(
     f = '+.1f' if signed else '.1f'
     return pd.Series({g: f"{r[est]:{f}} [{r['lo']:{f}}, {r['hi']:{f}}]" for g, r in t.iterrows()}, dtype=object)
 
-# %% ../nbs/20b_diagnosis.ipynb #9aeb8302
+# %% ../nbs/20b_diagnosis.ipynb #ecc21167
+def _pct(
+    r,  # a row with agreement, lo and hi
+) -> str:
+    "'93.7 % [92.9, 94.4]'."
+    return f"{r['agreement']:.1f} % [{r['lo']:.1f}, {r['hi']:.1f}]"
+
+# %% ../nbs/20b_diagnosis.ipynb #b35ce7b7
+def _frac(
+    r: dict,  # est, lo and hi as fractions
+) -> str:
+    "'18.8 % [18.5, 19.2]'."
+    return f"{100 * r['est']:.1f} % [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
+
+# %% ../nbs/20b_diagnosis.ipynb #40e45ab3
 def _word(
     r,  # a row or dict with lo and hi
 ) -> str:
@@ -452,7 +467,7 @@ def _word(
     v = verdict(r['lo'], r['hi'])
     return {'AGREES': 'raises', 'DISAGREES': 'lowers'}.get(v, 'does not measurably change')
 
-# %% ../nbs/20b_diagnosis.ipynb #2a4e3570
+# %% ../nbs/20b_diagnosis.ipynb #39041338
 def _frames(
     df: pd.DataFrame,  # the agreement sums of the record
     labels: list[str],  # the arms' labels, in order
@@ -462,7 +477,7 @@ def _frames(
     keys = [(d, h, a) for d in DOMAINS for h in ('merged', 'expert') for a in [*labels, 'oracle']]
     return {k: out[k] for k in keys if k in out}
 
-# %% ../nbs/20b_diagnosis.ipynb #a18089a9
+# %% ../nbs/20b_diagnosis.ipynb #b0de5026
 def _pairs(
     frames: dict,  # `_frames`
     domain: str,  # one of DOMAINS
@@ -477,7 +492,7 @@ def _pairs(
     want[f"{focus} − none, through the expert's head"] = (('expert', focus), ('expert', 'none'))
     return {k: paired_agreement(f[a], f[b]) for k, (a, b) in want.items() if a in f and b in f}
 
-# %% ../nbs/20b_diagnosis.ipynb #dc7e9fa4
+# %% ../nbs/20b_diagnosis.ipynb #5bba435d
 def _bucket_table(
     frames: dict,  # `_frames`
 ) -> pd.DataFrame:
@@ -486,7 +501,7 @@ def _bucket_table(
     t = pd.DataFrame.from_dict(rows, orient='index')
     return t[_groups([c for c in t.columns if c != 'all'], 'bucket') + ['all']] if len(t) else t
 
-# %% ../nbs/20b_diagnosis.ipynb #ff92694b
+# %% ../nbs/20b_diagnosis.ipynb #84081c0c
 def _expert_head_table(
     frames: dict,  # `_frames`
 ) -> pd.DataFrame:
@@ -501,7 +516,18 @@ def _expert_head_table(
                 cols.setdefault(f'{d}: {g}', {})[a] = cells[g]
     return pd.DataFrame(cols)
 
-# %% ../nbs/20b_diagnosis.ipynb #59a4026e
+# %% ../nbs/20b_diagnosis.ipynb #ff819f72
+def _rho(
+    none: pd.DataFrame,  # the sums of no surgery (the bias before)
+    arm: pd.DataFrame,  # the sums of an arm on the same tokens (the bias after)
+    kind: str = 'all',  # a kind of predicted token, or 'all'
+) -> dict:
+    "Eq. 7 on the tokens of `kind`: 1 - sum(after) / sum(before), with its interval over items (fractions)."
+    x, y = (none, arm) if kind == 'all' else (none[none.kind == kind], arm[arm.kind == kind])
+    before, after = x.groupby('item').bias.sum(), y.groupby('item').bias.sum()
+    return reduction_ci(before.to_numpy(), after.reindex(before.index).to_numpy())
+
+# %% ../nbs/20b_diagnosis.ipynb #c6c22285
 def _rho_table(
     frames: dict,  # `_frames`
     labels: list[str],  # the arms' labels (the first is 'none')
@@ -516,14 +542,12 @@ def _rho_table(
                 continue
             cells = {}
             for g in _groups(none.kind, 'kind') + ['all']:
-                x, y = (none, f) if g == 'all' else (none[none.kind == g], f[f.kind == g])
-                before, after = x.groupby('item').bias.sum(), y.groupby('item').bias.sum()
-                r = reduction_ci(before.to_numpy(), after.reindex(before.index).to_numpy())
+                r = _rho(none, f, kind=g)
                 cells[g] = f"{100 * r['est']:.1f} [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
             rows[f'{d}: {a}'] = cells
     return pd.DataFrame.from_dict(rows, orient='index')
 
-# %% ../nbs/20b_diagnosis.ipynb #4f503323
+# %% ../nbs/20b_diagnosis.ipynb #18a95b72
 def _flips_table(
     run: Run,  # the run
     merge: str,  # the merge
@@ -544,7 +568,7 @@ def _flips_table(
     out = pd.concat(parts)
     return out.loc[sorted(out.index, key=lambda i: DOMAINS.index(i.split(':')[0]))]
 
-# %% ../nbs/20b_diagnosis.ipynb #436177aa
+# %% ../nbs/20b_diagnosis.ipynb #ff16f7cc
 def _heads_table(
     heads: pd.DataFrame,  # `diagnosis_heads.csv` rows of one merge
     merge: str,  # the merge
@@ -564,7 +588,7 @@ def _heads_table(
     first = ['embeddings', 'decoder layers (min)', 'decoder layers (mean)', 'decoder layers (max)']
     return t.reindex([r for r in first if r in t.index] + [r for r in t.index if r not in first])
 
-# %% ../nbs/20b_diagnosis.ipynb #ce95d368
+# %% ../nbs/20b_diagnosis.ipynb #bc0bad1b
 def _weights_table(
     w: pd.DataFrame,  # `diagnosis_weights.csv` rows of one merge
 ) -> pd.DataFrame:
@@ -578,7 +602,7 @@ def _weights_table(
     t = pd.DataFrame(cols)
     return t.reindex(_groups(t.index, 'kind')).rename_axis('kind predicted')
 
-# %% ../nbs/20b_diagnosis.ipynb #fdc0b622
+# %% ../nbs/20b_diagnosis.ipynb #f6d89804
 def _plot_agreement(
     tabs: dict,  # (domain, arm) -> `agreement_table` through the merged head
     path: Path,  # the PNG to write
@@ -605,7 +629,7 @@ def _plot_agreement(
     plt.close(fig)
     return path
 
-# %% ../nbs/20b_diagnosis.ipynb #3da06aff
+# %% ../nbs/20b_diagnosis.ipynb #07cf997d
 def _change_line(
     domain: str,  # one of DOMAINS
     fm: pd.DataFrame,  # `paired_agreement` of the arm against no surgery
@@ -619,8 +643,7 @@ def _change_line(
     }
     parts = [
         f"{_word(r)} agreement {what[g].format(f'{int(r.tokens):,}')} ({r.b:.1f} % → {r.a:.1f} %, {ci(r)})"
-        for g, r in fm.iterrows()
-        if g in what
+        for g, r in ((g, fm.loc[g]) for g in what if g in fm.index)
     ]
     lines = [f"**{domain}** ({int(fm.loc['all', 'items'])} held-out items): {focus} " + '; '.join(parts) + '.']
     if 'decision' in fm.index:
@@ -633,7 +656,7 @@ def _change_line(
             lines.append(f'In {domain} the gain over all tokens does not reach the decision tokens.')
     return lines
 
-# %% ../nbs/20b_diagnosis.ipynb #d1d2ca1e
+# %% ../nbs/20b_diagnosis.ipynb #06f94a91
 def _oracle_lines(
     o: pd.DataFrame,  # `agreement_table` of the oracle
     pairs: dict,  # `_pairs` of the domain
@@ -643,9 +666,9 @@ def _oracle_lines(
     "The oracle's ceiling, its room over the arm, and whether matching the expert's state helps through this head."
     lines = [
         f"The expert's own hidden state read through the merged head (the oracle) agrees with the expert on "
-        f"{_cells(o)['all']} % of all tokens and {_cells(o)[g]} % of the {g} tokens: even an exact correction of the "
-        f"hidden state leaves {100 - o.agreement['all']:.1f} % of all next tokens and {100 - o.agreement[g]:.1f} % of "
-        "the {g} tokens unlike the expert's, because the merged head is not the expert's.".format(g=g)
+        f"{_pct(o.loc['all'])} of all tokens and {_pct(o.loc[g])} of the {g} tokens: the difference of the heads "
+        f"alone costs {100 - o.agreement['all']:.1f} % of all next tokens and {100 - o.agreement[g]:.1f} % of the {g} "
+        "tokens, which no correction of the hidden state can win back."
     ]
     room, ceiling = pairs.get(f'oracle − {focus}'), pairs.get('oracle − none')
     if room is not None and g in room.index:
@@ -673,19 +696,28 @@ def _oracle_lines(
         )
     return lines
 
-# %% ../nbs/20b_diagnosis.ipynb #bd629bc9
+# %% ../nbs/20b_diagnosis.ipynb #1b5fdd6a
 def _domain_lines(
     domain: str,  # one of DOMAINS
     tabs: dict,  # (domain, arm) -> `agreement_table` through the merged head
     pairs: dict,  # `_pairs` of the domain
     focus: str,  # the arm the sentences are about
+    rho: dict | None = None,  # kind ('all', 'decision') -> the arm's `_rho` there
 ) -> list[str]:
-    "Plain sentences about one domain: the arm against none, the oracle's ceiling and room, the expert's head."
+    "Plain sentences about one domain: the arm against none, the bias it removes, the oracle, the expert's head."
     fm = pairs.get(f'{focus} − none')
     if fm is None:
         return []
     g = 'decision' if 'decision' in fm.index else 'all'
     lines = _change_line(domain, fm, focus)
+    if rho and g in rho and g != 'all':
+        a, b = rho['all'], rho[g]
+        less = '; less where decisions are made: the intervals do not overlap' if b['hi'] < a['lo'] else ''
+        more = '; more where decisions are made: the intervals do not overlap' if b['lo'] > a['hi'] else ''
+        lines.append(
+            f"{focus} removes {_frac(a)} of the L1 bias to the expert's hidden state over all tokens and {_frac(b)} at "
+            f"the {g} tokens (rho_L1, Eq. 7{less}{more})."
+        )
     if (domain, 'oracle') in tabs:
         lines += _oracle_lines(tabs[(domain, 'oracle')], pairs, focus=focus, g=g)
     fe = pairs.get(f"{focus} − none, through the expert's head")
@@ -701,7 +733,7 @@ def _domain_lines(
             )
     return lines
 
-# %% ../nbs/20b_diagnosis.ipynb #1447b223
+# %% ../nbs/20b_diagnosis.ipynb #e94e32d4
 def _heads_lines(
     heads: pd.DataFrame,  # `diagnosis_heads.csv` rows of one merge
     merge: str,  # the merge
@@ -715,6 +747,7 @@ def _heads_lines(
         per = g.groupby(['group', 'domain'], sort=False).distance.agg(['min', 'max']) * 100
         head, lay = per.loc['LM head', 'max'], per.loc['decoder layer']
         more = sum(head[d] > lay.loc[d, 'max'] for d in head.index)
+        ratio = head / lay['max'].reindex(head.index)
         who = (
             "The experts' LM heads lie {} from the base's"
             if c == 'expert vs base'
@@ -726,11 +759,12 @@ def _heads_lines(
         out.append(
             who.format(', '.join(f'{d} {v:.0f} %' for d, v in head.items()))
             + f" (relative Frobenius norm); the decoder layers {lay['min'].min():.0f}–{lay['max'].max():.0f} %{norm}: "
-            f'the LM head moved more than every decoder layer in {more} of {len(head)} domains.'
+            f'the LM head moved more than every decoder layer in {more} of {len(head)} domains '
+            f'({ratio.min():.1f}–{ratio.max():.1f} times the farthest layer).'
         )
     return out
 
-# %% ../nbs/20b_diagnosis.ipynb #cc49bcf0
+# %% ../nbs/20b_diagnosis.ipynb #f6e7f22f
 def _other_lines(
     weights: pd.DataFrame | None,  # `diagnosis_weights.csv` rows of one merge, or None
     flips: pd.DataFrame,  # `_flips_table`
@@ -751,16 +785,23 @@ def _other_lines(
             "EWL1's weight on the calibration prompts the modules are trained on, by the kind of token each position "
             "predicts ('end': the last position, which predicts the answer's first token): " + '; '.join(parts) + '.'
         )
+        unseen = [d for d, g in weights.groupby('domain', sort=False) if not {'answer', 'decision'} & set(g.kind)]
+        if unseen:
+            out.append(
+                f"In {', '.join(unseen)}, no calibration position but the last predicts a token of the answer "
+                "(none predicts an answer or a decision token): the modules never see the positions where answers "
+                'are decided.'
+            )
     mine = flips[[i.endswith(f': {focus}') for i in flips.index]] if len(flips) else flips
     if len(mine):
         out.append(
-            f"Against no surgery, {focus} turns {int(mine['right -> wrong'].sum())} scored items from right to wrong "
-            f"and {int(mine['wrong -> right'].sum())} from wrong to right, of {int(mine['items'].sum())} (per domain, "
-            'with the exact sign test, in the table).'
+            f"Against no surgery, {focus} turns {int(mine['right -> wrong'].sum())} of the {int(mine['items'].sum())} "
+            f"scored items from right to wrong and {int(mine['wrong -> right'].sum())} from wrong to right "
+            '(per domain, with the exact sign test, in the table).'
         )
     return out
 
-# %% ../nbs/20b_diagnosis.ipynb #43c1e162
+# %% ../nbs/20b_diagnosis.ipynb #b3be3411
 def _diagnosis_section(
     run: Run,  # the run
     figs: Path,  # where figures go
@@ -785,7 +826,10 @@ def _diagnosis_section(
         tables.append(Table(f"{d}: next-token agreement with the expert through the merged model's head (%)", t))
         pairs = _pairs(frames, d, labels, focus=focus)
         changes += [_cells(p, est='diff', signed=True).rename(f'{d}: {k}') for k, p in pairs.items()]
-        lines += _domain_lines(d, tabs, pairs, focus=focus)
+        none, arm = frames.get((d, 'merged', 'none')), frames.get((d, 'merged', focus))
+        ok = none is not None and arm is not None
+        rho = {k: _rho(none, arm, kind=k) for k in ('all', 'decision') if ok and (k == 'all' or k in set(none.kind))}
+        lines += _domain_lines(d, tabs, pairs, focus=focus, rho=rho)
         fm = pairs.get(f'{focus} − none')
         if fm is not None and 'decision' in fm.index:
             bits.append((verdict(fm.loc['decision', 'lo'], fm.loc['decision', 'hi']), f"{d} {ci(fm.loc['decision'])}"))
