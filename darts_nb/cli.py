@@ -43,6 +43,7 @@ CHOICES = dict(  # the library's registries, by name (checked against them below
         'cost',
         'summary',
         'control',
+        'diagnosis',
         'replication',
     ),
     size=('ci', 'toy'),  # zoo.ZOO_SIZES
