@@ -11,11 +11,15 @@ import time
 import tempfile
 import resource
 import threading
+from typing import TYPE_CHECKING
 from pathlib import Path
 import torch
 from .core import default_device, set_seed
 from .surgery import make_surgery, save_surgery, n_params
 from .train import train_surgery
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # %% auto #0
 __all__ = ['COST_PHASES', 'COST_KINDS', 'PeakRSS', 'calibration_cost', 'cost_table']
