@@ -1,6 +1,7 @@
-"""Time per HumanEval problem of the split-trust checker (`darts_nb.sandbox.check_completion`: tests in the checker, the
-completion in the sandbox answering calls) against the old whole-program runner (`run_code` on prompt + completion + tests),
-on the canonical solutions, interleaved, measured in one run and printed as a ratio (target: at most 2x). Never asserted.
+"""Time per HumanEval problem of the split-trust checker (`darts_nb.sandbox.check_completion`: tests in the checker,
+the completion in the sandbox answering calls) against the old whole-program runner (`run_code` on prompt + completion
++ tests), on the canonical solutions, interleaved, measured in one run and printed as a ratio (target: at most 2x).
+Never asserted.
 
     python bench/bench_check.py [--n 164] [--repeats 1]
 """
@@ -32,7 +33,8 @@ def main():
             agree += r1 == r2
     m_new, m_old = statistics.median(new), statistics.median(old)
     print(
-        f'{len(problems)} problems x {a.repeats}: check_completion {m_new * 1000:.0f} ms median, run_code {m_old * 1000:.0f} ms median; '
+        f'{len(problems)} problems x {a.repeats}: check_completion {m_new * 1000:.0f} ms median, '
+        f'run_code {m_old * 1000:.0f} ms median; '
         f'ratio {m_new / m_old:.2f}x (target <= 2x); verdicts agree on {agree}/{len(new)}'
     )
 

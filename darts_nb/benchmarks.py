@@ -1,4 +1,4 @@
-"""The paper's benchmarks (HumanEval, GSM8K, AlpacaEval) as items, and their calibration / evaluation split (Table 7).
+"""The paper's benchmarks (HumanEval, GSM8K, AlpacaEval) as items, split into calibration and evaluation.
 
 Docs: https://darts-nb.github.io/darts_nb/benchmarks.html.md"""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from .core import check_choice
+from .core import check_choice, check_int
 from .hub import dataset_file
 
 # %% auto #0
@@ -24,8 +24,7 @@ def calib_eval_split(
 ) -> tuple[list, list]:
     "(calibration items, evaluation items): a seeded permutation's first `n_calib` and the rest, disjoint."
     items = list(items)
-    if not 0 <= n_calib <= len(items):
-        raise ValueError(f'calib_eval_split: n_calib={n_calib} must lie in [0, {len(items)}] (the number of items)')
+    check_int(n_calib, 'n_calib', lo=0, hi=len(items))  # at most the number of items
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     ci, ei = order[:n_calib], order[n_calib:]
@@ -34,9 +33,9 @@ def calib_eval_split(
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2c6
 PAPER_DOMAINS = ('code', 'math', 'instruct')  # HumanEval, GSM8K, AlpacaEval
-ID_PREFIX = {'math': 'gsm8k', 'instruct': 'alpacaeval'}
+ID_PREFIX = {'math': 'gsm8k', 'instruct': 'alpacaeval'}  # HumanEval's items have their own `task_id`
 
-
+# %% ../nbs/11_benchmarks.ipynb #293d7793
 def _read_records(path: Path) -> list[dict]:
     "Items of a .json (a list), .jsonl[.gz] or .parquet file."
     import gzip
@@ -53,7 +52,7 @@ def _read_records(path: Path) -> list[dict]:
         text = f.read()
     if path.name.endswith(('.json', '.json.gz')):
         return list(json.loads(text))
-    return [json.loads(l) for l in text.splitlines() if l.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2c7
 def paper_items(
@@ -86,38 +85,34 @@ def paper_split(
     paths: dict | None = None,  # {domain: local benchmark file}
 ) -> list[dict]:
     "The calibration (`part='calib'`) or evaluation items of a paper benchmark (see `calib_eval_split`)."
-    if part not in ('calib', 'eval'):
-        raise ValueError(f"part={part!r}; expected 'calib' or 'eval'")
+    check_choice(part, ('calib', 'eval'), 'part')
     c, e = calib_eval_split(paper_items(domain, paths), n_calib=n_calib, seed=seed)
     return c if part == 'calib' else e
 
 # %% ../nbs/11_benchmarks.ipynb #b0a1b2d1
-GSM8K_COT = "Let's think step by step."
+GSM8K_COT = "Let's think step by step."  # the zero-shot chain-of-thought cue
 
-
+# %% ../nbs/11_benchmarks.ipynb #db3f5698
 def humaneval_prompt(doc: dict) -> str:
     "HumanEval: the function signature and docstring, completed greedily."
     return doc['prompt']
 
-
+# %% ../nbs/11_benchmarks.ipynb #04c76b5f
 def gsm8k_prompt(doc: dict) -> str:
     "GSM8K, zero-shot chain of thought."
     return f"Question: {doc['question']}\nAnswer: {GSM8K_COT}"
 
-
+# %% ../nbs/11_benchmarks.ipynb #c1b5b290
 def alpacaeval_prompt(doc: dict) -> str:
     "AlpacaEval: the instruction as it is."
     return doc['instruction']
 
-
+# %% ../nbs/11_benchmarks.ipynb #1b277218
 PAPER_PROMPTS = {'code': humaneval_prompt, 'math': gsm8k_prompt, 'instruct': alpacaeval_prompt}
-PAPER_REFERENCES = {
-    'code': ('canonical_solution', ''),
-    'math': ('answer', ' '),
-    'instruct': ('output', '\n\n'),
-}  # field, separator
+# domain -> (field, separator)
+PAPER_REFERENCES = {'code': ('canonical_solution', ''), 'math': ('answer', ' '), 'instruct': ('output', '\n\n')}
 
-
+# %% ../nbs/11_benchmarks.ipynb #c27f55f9
 def paper_prompt(
     domain: str,  # 'code', 'math' or 'instruct'
     item: dict,  # one item of its benchmark
@@ -125,11 +120,11 @@ def paper_prompt(
     "The text a model reads for a benchmark item (evaluation and calibration alike)."
     return PAPER_PROMPTS[check_choice(domain, PAPER_DOMAINS, 'domain')](item)
 
-
+# %% ../nbs/11_benchmarks.ipynb #ebfee88b
 def paper_reference(
     domain: str,  # 'code', 'math' or 'instruct'
     item: dict,  # one item of its benchmark
 ) -> str:
-    "The item's reference answer as it would follow its prompt: held-out text for rho_L1, and the prompt+reference calibration ablation."
+    "The item's reference answer as it would follow its prompt: the separator, then the answer."
     field, sep = PAPER_REFERENCES[check_choice(domain, PAPER_DOMAINS, 'domain')]
     return sep + str(item.get(field, ''))

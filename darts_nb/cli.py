@@ -42,6 +42,9 @@ CHOICES = dict(  # the library's registries, by name (checked against them below
         'lr',
         'cost',
         'summary',
+        'control',
+        'diagnosis',
+        'replication',
     ),
     size=('ci', 'toy'),  # zoo.ZOO_SIZES
     executor=EXECUTORS,  # executors.EXECUTORS
@@ -50,7 +53,7 @@ EXAMPLES = {
     'zoo': 'darts zoo --size ci --table --limit 20',
     'merge': 'darts merge --profile toy --quick --only ta-0.5 ties-w0.7-d0.3',
     'surgery': 'darts surgery --profile toy --merge ta-0.5 --domain math --kind position --loss ewl1 --eval-limit 60',
-    'eval': 'darts eval --model ~/.cache/darts_nb/zoo/math --domains math --limit 20',
+    'eval': 'darts eval --model ~/.cache/darts_nb/zoo-ci/math --domains math --limit 20',
     'report': 'darts report default',
     'run': 'darts run --profile toy --name demo --quick',
     'fetch': 'darts fetch --profile llama2-7b --dry-run',

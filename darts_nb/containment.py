@@ -1,4 +1,4 @@
-"""The kernel layers around one sandboxed program: limits, namespaces, a private view of the file system, Landlock.
+"""The kernel layers around one sandboxed program: limits, namespaces, a private file system view, Landlock.
 
 Docs: https://darts-nb.github.io/darts_nb/containment.html.md"""
 
@@ -25,123 +25,189 @@ __all__ = ['SandboxUnavailable', 'sandbox_python', 'sandbox_view', 'sandbox_laye
 # %% ../nbs/01a_containment.ipynb #1d9b4ddd
 _BOOT = r'''
 import os, sys, json, ctypes, resource, select
-c = json.loads(sys.argv[1]); done = []
-rep = os.fdopen(c['rep'], 'w')                                 # an unlinked file of the caller's, closed before the exec
+c = json.loads(sys.argv[1])
+done = []
+rep = os.fdopen(c['rep'], 'w')  # an unlinked file of the caller's, closed before the exec
 libc = ctypes.CDLL(None, use_errno=True)
+
+
 def lim(r, v):
     resource.setrlimit(r, (v, v))
+
+
 def die(what):
-    sys.stderr.write(f'darts sandbox: {what} (errno {ctypes.get_errno()})\n'); os._exit(125)
+    sys.stderr.write(f'darts sandbox: {what} (errno {ctypes.get_errno()})\n')
+    os._exit(125)
+
+
 def mount(src, dst, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()
-    if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0: die(f'mount {dst}')
-libc.prctl(1, 9, 0, 0, 0)                                     # PR_SET_PDEATHSIG: SIGKILL when the caller dies;
-if os.getppid() != c['ppid']: os._exit(125)                   # a caller already gone: stop here
-lim(resource.RLIMIT_CORE, 0); lim(resource.RLIMIT_CPU, c['cpu']); lim(resource.RLIMIT_FSIZE, c['fsize'])
-lim(resource.RLIMIT_NOFILE, 256); lim(resource.RLIMIT_AS, c['mem']); done.append('rlimits')
+    def enc(s):
+        return None if s is None else s.encode()
+
+    if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        die(f'mount {dst}')
+
+
+libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when the caller dies;
+if os.getppid() != c['ppid']:
+    os._exit(125)  # a caller already gone: stop here
+lim(resource.RLIMIT_CORE, 0)
+lim(resource.RLIMIT_CPU, c['cpu'])
+lim(resource.RLIMIT_FSIZE, c['fsize'])
+lim(resource.RLIMIT_NOFILE, 256)
+lim(resource.RLIMIT_AS, c['mem'])
+done.append('rlimits')
 NS = {'netns': 0x40000000, 'ipcns': 0x08000000, 'mntns': 0x00020000, 'pidns': 0x20000000, 'utsns': 0x04000000}
-inner = c['uid']                                              # the uid the program runs as, seen from inside
-if not c['root'] and 'userns' not in c['skip'] and libc.unshare(0x10000000) == 0:   # CLONE_NEWUSER: root of a namespace of one
+inner = c['uid']  # the uid the program runs as, seen from inside
+# CLONE_NEWUSER: root of a namespace of one
+if not c['root'] and 'userns' not in c['skip'] and libc.unshare(0x10000000) == 0:
     for f, s in (('setgroups', 'deny'), ('uid_map', f"0 {os.getuid()} 1"), ('gid_map', f"0 {os.getgid()} 1")):
-        with open(f'/proc/self/{f}', 'w') as fh: fh.write(s)
-    done.append('userns'); inner = 0
+        with open(f'/proc/self/{f}', 'w') as fh:
+            fh.write(s)
+    done.append('userns')
+    inner = 0
 if c['root'] or 'userns' in done:
     for k, flag in NS.items():
-        if k not in c['skip'] and libc.unshare(flag) == 0: done.append(k)
-alive_r, alive_w = os.pipe()                                  # the child's way to see that this process is alive
-if 'pidns' in done and os.fork() != 0:                        # the parent waits and relays the child's exit; the child is pid 1
-                                                              # of its namespace: when it ends, every process it made ends
-    rep.close(); sys.stdin.close(); os.closerange(3, alive_w); os.closerange(alive_w + 1, 1 << 16)
+        if k not in c['skip'] and libc.unshare(flag) == 0:
+            done.append(k)
+alive_r, alive_w = os.pipe()  # the child's way to see that this process is alive
+# the parent waits and relays the child's exit; the child is pid 1 of its namespace: when it ends, every process it
+# made ends
+if 'pidns' in done and os.fork() != 0:
+    rep.close()
+    sys.stdin.close()
+    os.closerange(3, alive_w)
+    os.closerange(alive_w + 1, 1 << 16)
     _, st = os.waitpid(-1, 0)
-    if os.WIFSIGNALED(st): os.kill(os.getpid(), os.WTERMSIG(st)); os._exit(128 + os.WTERMSIG(st))
+    if os.WIFSIGNALED(st):
+        os.kill(os.getpid(), os.WTERMSIG(st))
+        os._exit(128 + os.WTERMSIG(st))
     os._exit(os.waitstatus_to_exitcode(st))
 os.close(alive_w)
 work = c['work']
-if 'mntns' in done:                                           # a view of the file system with only what the interpreter needs
-    new = '/tmp'                                              # (a tmpfs over it, in this namespace only: nothing on the host's disk)
-    mount(None, '/', None, (1 << 18) | 16384)                 # MS_PRIVATE | MS_REC: nothing propagates back to the host
-    mount('tmpfs', new, 'tmpfs', 2 | 4, 'size=1m,mode=755')   # MS_NOSUID | MS_NODEV
+# a view of the file system with only what the interpreter needs
+if 'mntns' in done:
+    new = '/tmp'  # (a tmpfs over it, in this namespace only: nothing on the host's disk)
+    mount(None, '/', None, (1 << 18) | 16384)  # MS_PRIVATE | MS_REC: nothing propagates back to the host
+    mount('tmpfs', new, 'tmpfs', 2 | 4, 'size=1m,mode=755')  # MS_NOSUID | MS_NODEV
     for p, kind in c['view']:
         dst = new + p
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if kind == 'link': os.symlink(os.readlink(p), dst); continue
-        if kind == 'dir': os.makedirs(dst, exist_ok=True)
-        else: open(dst, 'w').close()
-        mount(p, dst, None, 4096 | 16384)                     # MS_BIND | MS_REC
-        mount(None, dst, None, 4096 | 32 | 1 | 2 | (4 if kind == 'dir' else 0))   # remount read-only, nosuid (nodev)
-    os.makedirs(new + '/work'); os.makedirs(new + '/proc')
+        if kind == 'link':
+            os.symlink(os.readlink(p), dst)
+            continue
+        if kind == 'dir':
+            os.makedirs(dst, exist_ok=True)
+        else:
+            open(dst, 'w').close()
+        mount(p, dst, None, 4096 | 16384)  # MS_BIND | MS_REC
+        mount(None, dst, None, 4096 | 32 | 1 | 2 | (4 if kind == 'dir' else 0))  # remount read-only, nosuid (nodev)
+    os.makedirs(new + '/work')
+    os.makedirs(new + '/proc')
     mount('tmpfs', new + '/work', 'tmpfs', 2 | 4, f"size={c['scratch']}k,mode=700,uid={inner},gid={inner}")
     os.symlink('/work', new + '/tmp')
+    # this namespace's processes only
     if 'pidns' in done and libc.mount(b'proc', (new + '/proc').encode(), b'proc', ctypes.c_ulong(2 | 4 | 8), None) == 0:
-        done.append('proc')                                   # this namespace's processes only
+        done.append('proc')
     os.chdir(new)
-    if libc.pivot_root(b'.', b'.') != 0: die('pivot_root')
-    if libc.umount2(b'.', 2) != 0: die('detaching the old root')   # MNT_DETACH: the host's tree is gone from this view
+    if libc.pivot_root(b'.', b'.') != 0:
+        die('pivot_root')
+    if libc.umount2(b'.', 2) != 0:  # MNT_DETACH: the host's tree is gone from this view
+        die('detaching the old root')
     os.chdir('/')
-    mount(None, '/', None, 4096 | 32 | 1 | 2 | 4)             # the new root itself read-only
-    work = '/work'; done += ['view', 'scratch']
-if work is None: die('refusing to run untrusted code without mntns')
-libc.prctl(38, 1, 0, 0, 0)                                    # PR_SET_NO_NEW_PRIVS
+    mount(None, '/', None, 4096 | 32 | 1 | 2 | 4)  # the new root itself read-only
+    work = '/work'
+    done += ['view', 'scratch']
+if work is None:
+    die('refusing to run untrusted code without mntns')
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 abi = -1 if 'landlock' in c['skip'] else libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
 if abi >= 1:
-    R = (1 << 2) | (1 << 3)                                    # READ_FILE | READ_DIR
-    fs = (1 << 13) - 2                                         # WRITE_FILE .. MAKE_SYM, reads included (EXECUTE unhandled)
-    if abi >= 2: fs |= 1 << 13                                 # REFER
-    if abi >= 3: fs |= 1 << 14                                 # TRUNCATE
-    if abi >= 5: fs |= 1 << 15                                 # IOCTL_DEV
-    net = 3 if abi >= 4 else 0                                 # BIND_TCP | CONNECT_TCP
-    scope = 3 if abi >= 6 else 0                               # abstract unix sockets, signals
+    R = (1 << 2) | (1 << 3)  # READ_FILE | READ_DIR
+    fs = (1 << 13) - 2  # WRITE_FILE .. MAKE_SYM, reads included (EXECUTE unhandled)
+    if abi >= 2:
+        fs |= 1 << 13  # REFER
+    if abi >= 3:
+        fs |= 1 << 14  # TRUNCATE
+    if abi >= 5:
+        fs |= 1 << 15  # IOCTL_DEV
+    net = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
+    scope = 3 if abi >= 6 else 0  # abstract unix sockets, signals
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     attr = (ctypes.c_uint64 * 3)(fs, net, scope)
     rs = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+
     class PB(ctypes.Structure):
-        _pack_ = 1; _fields_ = [('allowed', ctypes.c_uint64), ('fd', ctypes.c_int32)]
+        _pack_ = 1
+        _fields_ = [('allowed', ctypes.c_uint64), ('fd', ctypes.c_int32)]
+
     rules = [(work, fs)] + [(p, R if k == 'dir' else 1 << 2) for p, k in c['view'] if k != 'link']
     rules += [('/dev/null', (1 << 1) | (1 << 2) | ((1 << 14) if abi >= 3 else 0))]
-    if 'proc' in done: rules.append(('/proc', R))
+    if 'proc' in done:
+        rules.append(('/proc', R))
     ok = rs >= 0
     for p, acc in rules:
         fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
         ok = ok and libc.syscall(445, rs, 1, ctypes.byref(PB(acc, fd)), 0) == 0
         os.close(fd)
-    if not ok or libc.syscall(446, rs, 0) != 0: die('landlock setup failed')
+    if not ok or libc.syscall(446, rs, 0) != 0:
+        die('landlock setup failed')
     done += ['landlock-fs'] + (['landlock-net'] if net else []) + (['landlock-scope'] if scope else [])
 if c['root']:
-    os.setgroups([]); os.setgid(c['uid']); os.setuid(c['uid']); done.append('uid')
+    os.setgroups([])
+    os.setgid(c['uid'])
+    os.setuid(c['uid'])
+    done.append('uid')
 elif 'userns' in done:
     cap = 0
-    while libc.prctl(24, cap, 0, 0, 0) == 0: cap += 1         # PR_CAPBSET_DROP: no capability survives the exec
+    while libc.prctl(24, cap, 0, 0, 0) == 0:  # PR_CAPBSET_DROP: no capability survives the exec
+        cap += 1
 if 'uid' in done or 'userns' in done:
-    lim(resource.RLIMIT_NPROC, c['nproc']); done.append('nproc')     # counted per uid (per namespace): this run's processes only
-libc.prctl(1, 9, 0, 0, 0)                                     # PR_SET_PDEATHSIG again (fork and the uid change clear it)
+    lim(resource.RLIMIT_NPROC, c['nproc'])  # counted per uid (per namespace): this run's processes only
+    done.append('nproc')
+libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG again (fork and the uid change clear it)
 gone = select.select([alive_r], [], [], 0)[0] if 'pidns' in done else os.getppid() != c['ppid']
-if gone: os._exit(125)                                        # the process that waits for this one is already gone
+if gone:
+    os._exit(125)  # the process that waits for this one is already gone
 done.append('pdeathsig')
 missing = [k for k in c['require'] if k not in done]
-if missing: die('refusing to run untrusted code without ' + ', '.join(missing))
-json.dump(done, rep); rep.close()
+if missing:
+    die('refusing to run untrusted code without ' + ', '.join(missing))
+json.dump(done, rep)
+rep.close()
 os.chdir(work)
-os.execve(c['python'], [c['python'], '-I', '-'], {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8'})
+env = {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8'}
+os.execve(c['python'], [c['python'], '-I', '-'], env)
 '''
 
 # %% ../nbs/01a_containment.ipynb #c0a1b2c5
 class SandboxUnavailable(RuntimeError):
-    "This machine cannot apply the sandbox's required layers, and the caller did not opt in to running without them."
+    "This machine cannot apply the sandbox's required layers, and the caller did not opt in to run without them."
+
+# %% ../nbs/01a_containment.ipynb #bb38cc6f
+def _refused(err: bytes) -> None:
+    "Raise `SandboxUnavailable` when the boot script refused to start the program."
+    for line in err.decode('utf-8', 'replace').splitlines():
+        if line.startswith('darts sandbox: refusing'):
+            raise SandboxUnavailable(
+                line[len('darts sandbox: ') :] + '; pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway'
+            )
 
 # %% ../nbs/01a_containment.ipynb #a1b2c3d5
 def _sandbox_uid() -> int:
     "A random high uid for one run (NPROC is counted per uid; fresh uids never share a budget)."
     return random.SystemRandom().randrange(1_100_000, 1_900_000)
 
-
+# %% ../nbs/01a_containment.ipynb #25056c8f
 def _truncate(b: bytes, limit: int) -> str:
+    "`b` as text, at most about `limit` characters: its head and tail around a note of what was cut."
     s = b.decode('utf-8', 'replace')
     if len(s) <= limit:
         return s
     h = limit // 2
     return s[:h] + f'\n... [{len(s) - limit} characters cut] ...\n' + s[-h:]
 
-
+# %% ../nbs/01a_containment.ipynb #c41281fc
 def _live_pids(uid: int) -> list[int]:
     "pids of live (not zombie) processes whose real uid is `uid`, read from /proc."
     out = []
@@ -152,12 +218,12 @@ def _live_pids(uid: int) -> list[int]:
             st = open(f'/proc/{d}/status').read()
         except OSError:
             continue
-        f = dict(l.split(':', 1) for l in st.splitlines() if ':' in l)
+        f = dict(line.split(':', 1) for line in st.splitlines() if ':' in line)
         if int(f['Uid'].split()[0]) == uid and f['State'].split()[0] not in ('Z', 'X'):
             out.append(int(d))
     return out
 
-
+# %% ../nbs/01a_containment.ipynb #039fc337
 def _kill_uid(uid: int, wait: float = 2.0) -> None:
     "SIGKILL every process owned by `uid` (`kill -9 -1` as that uid), including ones that left the group."
     if not _live_pids(uid):
@@ -182,7 +248,7 @@ def _kill_uid(uid: int, wait: float = 2.0) -> None:
 # %% ../nbs/01a_containment.ipynb #a1b2c3d7
 _PYTHON = {}
 
-
+# %% ../nbs/01a_containment.ipynb #8ea53747
 def sandbox_python() -> str:
     "An interpreter the sandbox's unprivileged uid can run: `sys.executable` if it can, else the system python3."
     if 'exe' in _PYTHON:
@@ -213,18 +279,21 @@ def sandbox_python() -> str:
             return exe
     raise RuntimeError(f'run_code: no Python interpreter is executable by an unprivileged uid (tried {cands})')
 
-
+# %% ../nbs/01a_containment.ipynb #0385e311
 _VIEWS = {}
 
-
+# %% ../nbs/01a_containment.ipynb #c193d10c
 def sandbox_view(
     python: str | None = None,  # the interpreter (default `sandbox_python()`)
 ) -> list:
-    "What a sandboxed program sees of the file system, read-only: `[path, kind]` rows (kind 'dir', 'file' or 'link')."
+    "What a sandboxed program sees of the file system, read-only: `[path, kind]` rows ('dir', 'file' or 'link')."
     python = python or sandbox_python()
     if python in _VIEWS:
         return _VIEWS[python]
-    q = 'import sys, os, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable)]))'
+    q = (
+        'import sys, os, json\n'
+        'print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable)]))'
+    )
     *prefixes, exe = json.loads(
         subprocess.run([python, '-I', '-c', q], capture_output=True, text=True, check=True).stdout
     )
@@ -246,7 +315,7 @@ def sandbox_view(
     _VIEWS[python] = rows
     return rows
 
-
+# %% ../nbs/01a_containment.ipynb #f0b098a6
 def _read(f, limit: int) -> bytes:
     "A captured stream: whole, or its first and last `limit` bytes."
     f.seek(0, 2)
@@ -262,77 +331,71 @@ def _read(f, limit: int) -> bytes:
 # %% ../nbs/01a_containment.ipynb #c8dcbf1b
 _REQUIRED = ('netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'landlock-fs', 'nproc', 'pdeathsig')
 
-
+# %% ../nbs/01a_containment.ipynb #ebe7b413
 def _allow_unsafe(allow_unsafe: bool | None) -> bool:
     "The caller's choice, else the environment's (`DARTS_ALLOW_UNSAFE_CODE=1`, set by `--allow-unsafe-code`)."
     return bool(allow_unsafe) if allow_unsafe is not None else os.environ.get('DARTS_ALLOW_UNSAFE_CODE', '') == '1'
 
-
+# %% ../nbs/01a_containment.ipynb #767fc5de
 def _required() -> list:
+    "The layers a program may not run without on this machine (as root its own uid, else a user namespace)."
     return [*_REQUIRED, 'uid' if os.geteuid() == 0 else 'userns']
 
-
-_PROBED = {}
-
-
-def sandbox_layers() -> tuple:
-    "The layers this machine applies to a sandboxed program (one trivial run, remembered for the process)."
-    key = os.environ.get('DARTS_SANDBOX_SKIP', '')
-    if key not in _PROBED:
-        with _sandboxed('', 10.0, 256, 8, 1, allow_unsafe=True, _checked=True) as (p, box):
-            p.wait(10)
-            _PROBED[key] = _layers(box)
-    return _PROBED[key]
-
-
-def _check_layers(allow_unsafe: bool | None) -> None:
-    "Refuse (SandboxUnavailable) when this machine lacks a required layer and the caller did not opt in."
-    if _allow_unsafe(allow_unsafe):
-        return
-    missing = [k for k in _required() if k not in sandbox_layers()]
-    if missing:
-        raise SandboxUnavailable(
-            f"refusing to run untrusted code without {', '.join(missing)} (this kernel or container lacks them); "
-            'pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway, with the layers listed in CodeResult.sandbox'
-        )
-
-
+# %% ../nbs/01a_containment.ipynb #60d51e41
 @dataclass
 class _Box:
-    "The caller's side of one run: unlinked files for the program's output and the boot script's report (nothing named on disk)."
+    "The caller's side of one run: unlinked files for the program's output and the boot script's report."
 
     out: object
     err: object
     rep: object
 
+# %% ../nbs/01a_containment.ipynb #42c7701d
+def _kill(p: subprocess.Popen) -> None:
+    "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
+    if os.geteuid() == 0:
+        _kill_uid(p.uid)
 
+# %% ../nbs/01a_containment.ipynb #9f485109
+def _layers(box: _Box) -> tuple:
+    "The layers the boot script reported (none if it stopped before)."
+    box.rep.seek(0)
+    s = box.rep.read()
+    return tuple(json.loads(s)) if s else ()
+
+# %% ../nbs/01a_containment.ipynb #3fb597fe
 @contextmanager
 def _sandboxed(
-    src: str,
-    timeout: float,
-    memory_mb: int,
-    max_procs: int,
-    file_mb: int,
-    pass_fds: tuple = (),
-    scratch_mb: int = 64,
-    allow_unsafe: bool | None = None,
-    _checked: bool = False,
+    src: str,  # the program's source (untrusted)
+    timeout: float,  # wall-clock seconds (the CPU limit is a little above)
+    memory_mb: int,  # address-space limit in MiB
+    max_procs: int,  # process limit
+    file_mb: int,  # largest file in MiB
+    pass_fds: tuple = (),  # the caller's descriptors the program inherits (the call server's pipes)
+    scratch_mb: int = 64,  # size of the program's scratch directory in MiB
+    allow_unsafe: bool | None = None,  # run even without a required layer
+    _checked: bool = False,  # the layers are already known (the probe itself)
 ):
-    "Start `src` in a fresh sandboxed interpreter (source on stdin, closed); yields (process, `_Box`); kills and removes everything after."
+    "Start `src` in a fresh sandboxed interpreter; yields (process, `_Box`); kills and removes everything after."
     if not _checked:
         _check_layers(allow_unsafe)
     root = os.geteuid() == 0
     uid = _sandbox_uid() if root else os.getuid()
-    # a scratch directory on the host only where the program gets no view of its own (the probe, or allow_unsafe on such a machine)
+    # a scratch directory on the host only where the program gets no view of its own (the probe, or allow_unsafe on
+    # such a machine)
     work = Path(tempfile.mkdtemp(prefix='darts_sbx_')) if _checked or 'view' not in sandbox_layers() else None
     p = None
     try:
         if work and root:
             os.chown(work, uid, uid)
         require = [] if _allow_unsafe(allow_unsafe) else _required()  # checked again in the boot script, run by run
-        skip = [
-            k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k
-        ]  # to rehearse a kernel without them
+        # to rehearse a kernel without them
+        skip = [k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k]
         with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, tempfile.TemporaryFile('w+') as fr:
             cfg = dict(
                 work=work and str(work),
@@ -374,29 +437,28 @@ def _sandboxed(
         if work:
             shutil.rmtree(work, ignore_errors=True)
 
+# %% ../nbs/01a_containment.ipynb #e066920a
+_PROBED = {}
 
-def _kill(p: subprocess.Popen) -> None:
-    "SIGKILL a sandboxed program's process group and (as root) every process of its uid; reap it."
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    p.wait()
-    if os.geteuid() == 0:
-        _kill_uid(p.uid)
+# %% ../nbs/01a_containment.ipynb #31faef75
+def sandbox_layers() -> tuple:
+    "The layers this machine applies to a sandboxed program (one trivial run, remembered for the process)."
+    key = os.environ.get('DARTS_SANDBOX_SKIP', '')
+    if key not in _PROBED:
+        with _sandboxed('', 10.0, memory_mb=256, max_procs=8, file_mb=1, allow_unsafe=True, _checked=True) as (p, box):
+            p.wait(10)
+            _PROBED[key] = _layers(box)
+    return _PROBED[key]
 
-
-def _refused(err: bytes) -> None:
-    "Raise `SandboxUnavailable` when the boot script refused to start the program."
-    for line in err.decode('utf-8', 'replace').splitlines():
-        if line.startswith('darts sandbox: refusing'):
-            raise SandboxUnavailable(
-                line[len('darts sandbox: ') :] + '; pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway'
-            )
-
-
-def _layers(box: _Box) -> tuple:
-    "The layers the boot script reported (none if it stopped before)."
-    box.rep.seek(0)
-    s = box.rep.read()
-    return tuple(json.loads(s)) if s else ()
+# %% ../nbs/01a_containment.ipynb #770df7d0
+def _check_layers(allow_unsafe: bool | None) -> None:
+    "Refuse (SandboxUnavailable) when this machine lacks a required layer and the caller did not opt in."
+    if _allow_unsafe(allow_unsafe):
+        return
+    missing = [k for k in _required() if k not in sandbox_layers()]
+    if missing:
+        raise SandboxUnavailable(
+            f"refusing to run untrusted code without {', '.join(missing)} (this kernel or container lacks them); "
+            'pass allow_unsafe=True (or --allow-unsafe-code) to run it anyway, with the layers listed in '
+            'CodeResult.sandbox'
+        )

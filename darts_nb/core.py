@@ -17,11 +17,16 @@ import ctypes
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import LlamaForCausalLM
 
 # %% auto #0
-__all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'lm_head',
-           'final_hidden', 'tiny_llama', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'atomic_path', 'is_disk_full', 'no_space_error', 'atomic_write', 'write_json', 'save_dir',
+__all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'tiny_llama',
+           'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
+           'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json', 'save_dir',
            'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook', 'check_int', 'check_number', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
@@ -29,7 +34,7 @@ def darts_home() -> Path:
     "The root directory for the zoo, merges and runs: `$DARTS_HOME` or `~/.cache/darts_nb`."
     return Path(os.environ.get('DARTS_HOME', Path.home() / '.cache' / 'darts_nb')).expanduser().absolute()
 
-
+# %% ../nbs/00_core.ipynb #f8e5a6cc
 def home_dir(*parts: str) -> Path:
     "A sub-directory of `darts_home()`, created if missing."
     p = darts_home().joinpath(*parts)
@@ -51,7 +56,7 @@ def set_seed(
         torch.cuda.manual_seed_all(seed)
     return seed
 
-
+# %% ../nbs/00_core.ipynb #01581456
 def default_device(
     device: str | torch.device | None = None,  # an explicit choice wins
 ) -> torch.device:
@@ -77,7 +82,7 @@ def default_device(
         raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N or mps")
     return d
 
-
+# %% ../nbs/00_core.ipynb #ee71222a
 def default_dtype(
     device: str | torch.device | None = None,  # the device the model will run on
 ) -> torch.dtype:
@@ -97,36 +102,14 @@ def positions_from_mask(
     m = attention_mask.long()
     return ((m.cumsum(-1) - 1) * m).clamp(min=0)
 
-# %% ../nbs/00_core.ipynb #44a6aab8
-def lm_head(model) -> torch.nn.Module:
-    "The output projection (LM head) of a causal LM."
-    return model.get_output_embeddings()
-
-
-def final_hidden(
-    model,  # any Hugging Face causal LM
-    input_ids: torch.Tensor,  # B x T token ids
-    attention_mask: torch.Tensor | None = None,  # B x T, 1 real / 0 pad; None: all real
-    return_logits: bool = True,  # also apply the LM head
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    "Final-layer hidden states (the LM head's input, after the final norm) and the logits."
-    import torch
-
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    pos = positions_from_mask(attention_mask)
-    out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
-    h = out.last_hidden_state
-    return h, (lm_head(model)(h) if return_logits else None)
-
 # %% ../nbs/00_core.ipynb #9886e86f
 def tiny_llama(
     vocab_size: int = 64,  # vocabulary size
     hidden_size: int = 32,  # H
     layers: int = 2,  # decoder layers
     seed: int = 0,  # initialisation seed
-    **kw,
-) -> 'LlamaForCausalLM':
+    **kw,  # more `LlamaConfig` fields
+) -> LlamaForCausalLM:
     "A small random `LlamaForCausalLM` for lessons and tests that need a model but not a trained one."
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -147,6 +130,28 @@ def tiny_llama(
     )
     return LlamaForCausalLM(cfg).eval()
 
+# %% ../nbs/00_core.ipynb #44a6aab8
+def lm_head(model) -> torch.nn.Module:
+    "The output projection (LM head) of a causal LM."
+    return model.get_output_embeddings()
+
+# %% ../nbs/00_core.ipynb #8b154f7a
+def final_hidden(
+    model,  # any Hugging Face causal LM
+    input_ids: torch.Tensor,  # B x T token ids
+    attention_mask: torch.Tensor | None = None,  # B x T, 1 real / 0 pad; None: all real
+    return_logits: bool = True,  # also apply the LM head
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    "Final-layer hidden states (the LM head's input, after the final norm) and the logits."
+    import torch
+
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    pos = positions_from_mask(attention_mask)
+    out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
+    h = out.last_hidden_state
+    return h, (lm_head(model)(h) if return_logits else None)
+
 # %% ../nbs/00_core.ipynb #b07e9086
 def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     "Entropy (nats) of each row of a 2-D logit tensor, computed in float32."
@@ -155,7 +160,7 @@ def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     lp = F.log_softmax(logits.float(), -1)
     return -(lp.exp() * lp).sum(-1)
 
-
+# %% ../nbs/00_core.ipynb #f6a67d2c
 def token_entropy(
     logits: torch.Tensor,  # ... x V logits, any float dtype
     chunk_size: int = 1024,  # rows (positions) per float32 chunk
@@ -169,7 +174,7 @@ def token_entropy(
         out[i : i + chunk_size] = _entropy_rows(flat[i : i + chunk_size])
     return out.reshape(logits.shape[:-1])
 
-
+# %% ../nbs/00_core.ipynb #c38a1abf
 def hidden_entropy(
     hidden: torch.Tensor,  # B x T x H final hidden states
     head: torch.nn.Module,  # the LM head mapping H -> V
@@ -217,21 +222,24 @@ def tmp_sibling(
 
 # %% ../nbs/00_core.ipynb #5b0c1a04
 def _rmtree(p: Path) -> None:
+    "Remove a file, a link or a folder, whichever `p` is (nothing when it is absent)."
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     elif p.exists() or p.is_symlink():
         p.unlink(missing_ok=True)
 
-
+# %% ../nbs/00_core.ipynb #85635619
 def _exchange(a: Path, b: Path) -> bool:
     "Swap two existing paths atomically with Linux's renameat2(RENAME_EXCHANGE); False where unavailable."
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
         return False
-    return fn(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+    at_fdcwd, rename_exchange = -100, 2
+    # a C function: its arguments have no names to pass them by
+    return fn(*(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)) == 0
 
-
+# %% ../nbs/00_core.ipynb #fe18e666
 def _swap(tmp: Path, final: Path) -> None:
     "Put `tmp` at `final`, replacing whatever is there; the old content is removed afterwards."
     if not final.exists():
@@ -247,13 +255,41 @@ def _swap(tmp: Path, final: Path) -> None:
         return
     os.replace(tmp, final)
 
+# %% ../nbs/00_core.ipynb #047cf152
+def is_disk_full(
+    e: BaseException,  # an exception, with its causes
+) -> bool:
+    "True when `e` or what caused it is a full disk or quota (ENOSPC, EDQUOT, or safetensors' os error 28)."
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if (
+            getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT)
+            or 'No space left on device' in str(e)
+            or 'os error 28' in str(e)
+        ):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+# %% ../nbs/00_core.ipynb #4d599380
+def no_space_error(
+    path: str | Path,  # what was being written
+) -> OSError:
+    "The one clear error for a full disk while writing `path`."
+    return OSError(
+        errno.ENOSPC,
+        f'no space left on the device while writing {path}: nothing was written there '
+        f'(the partial copy is removed); free some space and run again',
+    )
+
 # %% ../nbs/00_core.ipynb #5b0c1a05
 @contextmanager
 def atomic_path(
     path: str | Path,  # the final file or directory
     replace: bool = True,  # an existing `path` is replaced; False: it is kept and the new content discarded
 ):
-    "Yield a unique temporary sibling of `path` to write into; when the block succeeds it is moved into place, on any error removed."
+    "A unique temporary sibling of `path` to write into: moved into place when the block succeeds, else removed."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_sibling(path)
@@ -276,35 +312,7 @@ def atomic_path(
     finally:
         _rmtree(tmp)
 
-
-def is_disk_full(
-    e: BaseException,  # an exception, with its causes
-) -> bool:
-    "True when `e` (or what caused it) is a full disk or quota: errno ENOSPC / EDQUOT, or safetensors' 'No space left on device'."
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if (
-            getattr(e, 'errno', None) in (errno.ENOSPC, errno.EDQUOT)
-            or 'No space left on device' in str(e)
-            or 'os error 28' in str(e)
-        ):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def no_space_error(
-    path: str | Path,  # what was being written
-) -> OSError:
-    "The one clear error for a full disk while writing `path`."
-    return OSError(
-        errno.ENOSPC,
-        f'no space left on the device while writing {path}: nothing was written there '
-        f'(the partial copy is removed); free some space and run again',
-    )
-
-
+# %% ../nbs/00_core.ipynb #1d7f7b88
 def atomic_write(
     path: str | Path,  # the file to write
     data: str | bytes,  # its whole content
@@ -317,7 +325,7 @@ def atomic_write(
             tmp.write_bytes(data)
     return Path(path)
 
-
+# %% ../nbs/00_core.ipynb #d7e381f6
 def write_json(
     path: str | Path,  # the file to write
     obj,  # any JSON-serialisable object (other values are written with `str`)
@@ -332,7 +340,7 @@ def save_dir(
     own: set | frozenset,  # names an existing `path` may hold (the saved thing's own files): it is replaced only then
     what: str,  # what is saved, for messages ('surgery module')
 ) -> Path:
-    "Write `files` as folder `path`, atomically; an existing folder holding anything but `own` files is refused, never replaced."
+    "Write `files` as folder `path`, atomically; an existing folder with files not in `own` is refused, never replaced."
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
@@ -345,13 +353,15 @@ def save_dir(
     with atomic_path(path) as tmp:  # another writer's folder arriving meanwhile is exchanged with (atomic_path)
         tmp.mkdir()
         for name, data in files.items():
-            data(tmp / name) if callable(data) else (tmp / name).write_bytes(
-                data.encode() if isinstance(data, str) else data
-            )
+            if callable(data):
+                data(tmp / name)
+            else:
+                (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
     return path
 
-
+# %% ../nbs/00_core.ipynb #8a3bcc2c
 def _read_at(dir_fd: int, name: str) -> bytes | None:
+    "The bytes of file `name` in the folder open as `dir_fd`, or None when it is absent."
     try:
         fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -359,19 +369,20 @@ def _read_at(dir_fd: int, name: str) -> bytes | None:
     with os.fdopen(fd, 'rb') as f:
         return f.read()
 
-
+# %% ../nbs/00_core.ipynb #d3fd0d24
 def read_dir(
     path: str | Path,  # a folder written by `save_dir`
     names,  # the file names wanted
     tries: int = 50,  # attempts while the folder is being replaced
 ) -> dict:
-    "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even while a save replaces it."
+    "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even mid-save."
     for _ in range(tries):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # absent for an instant where renameat2 is missing
             try:
                 out = {n: _read_at(fd, n) for n in names}
-                now, mine = os.stat(path), os.fstat(fd)  # a file is absent: really, or is this version being removed?
+                # a file is absent: really, or is this version being removed?
+                now, mine = os.stat(path), os.fstat(fd)
                 if all(v is not None for v in out.values()) or (
                     (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev) and mine.st_nlink
                 ):
@@ -385,7 +396,7 @@ def read_dir(
 
 # %% ../nbs/00_core.ipynb #5b0c1a21
 class LineLog:
-    "A text stream for logs: progress bars' carriage-return repaints become one line every `every` seconds, and their last state."
+    "A text stream for logs: a progress bar's repaints become a line every `every` seconds, and its last state."
 
     def __init__(
         self,
@@ -404,7 +415,7 @@ class LineLog:
         return len(s)
 
     def _repaint(self):
-        "A carriage return: the text before it is a bar's state, shown only now and then (a blank one clears the bar)."
+        "A carriage return: the text before it is a bar's state, shown now and then (a blank one clears the bar)."
         text, self.cur = self.cur.rstrip(), ''
         if text:
             self.bar, self.shown = text, False
@@ -449,7 +460,7 @@ def pyplot():
 
     return plt
 
-
+# %% ../nbs/00_core.ipynb #2d58e316
 def save_figure(
     fig,  # a matplotlib figure
     path: str | Path | None,  # a PNG (or any format matplotlib infers from the suffix); None: do nothing
@@ -496,7 +507,7 @@ def check_int(
         what = f'an integer <= {hi}'
     else:
         what = 'an integer'
-    raise _expected(value, what, arg, none)
+    raise _expected(value, what, arg, none=none)
 
 # %% ../nbs/00_core.ipynb #7ab04ba2
 def check_number(
@@ -508,7 +519,7 @@ def check_number(
     hi_open: bool = False,  # True: `value < hi`; False: `value <= hi`
     none: bool = False,  # None is allowed too (it is returned as is)
 ) -> float | None:
-    "`value` if it is a finite real number (not a bool) within the bounds, else a ValueError naming `arg` and the value."
+    "`value` if it is a finite real number (not a bool) within the bounds, else a ValueError naming `arg`."
     import math
     import numbers
 
@@ -529,7 +540,7 @@ def check_number(
         what = f"a finite number {'<' if hi_open else '<='} {hi}"
     else:
         what = 'a finite number'
-    raise _expected(value, what, arg, none)
+    raise _expected(value, what, arg, none=none)
 
 # %% ../nbs/00_core.ipynb #f945fe89
 def check_choice(
@@ -539,5 +550,5 @@ def check_choice(
 ):
     "`value` if it is one of `allowed`, else a ValueError naming the argument, the value and the choices."
     if isinstance(value, (list, dict, set)) or value not in allowed:
-        raise _expected(value, f'one of {list(allowed)}', arg, False)
+        raise _expected(value, f'one of {list(allowed)}', arg, none=False)
     return value

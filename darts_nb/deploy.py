@@ -6,13 +6,24 @@ Docs: https://darts-nb.github.io/darts_nb/deploy.html.md"""
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d003
 from __future__ import annotations
+import ast
+import importlib.util
+import inspect
 import json
+import shutil
+import sys
+import transformers
 from pathlib import Path
+import torch
+from transformers.modeling_utils import load_state_dict
+from transformers.utils import cached_file
 from .core import atomic_path
 from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of, save_surgery
+from .surgery import SURGERY_KINDS, CONFIG, WEIGHTS, CARD, read_surgery_config, _parse_config
+from .surgery import _hook_surgery, _module_from_state
 
 # %% auto #0
-__all__ = ['MODELING', 'add_surgery', 'set_surgery', 'active_surgery', 'export_corrected']
+__all__ = ['add_surgery', 'set_surgery', 'active_surgery', 'modeling_source', 'corrected_card', 'export_corrected']
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d005
 def add_surgery(
@@ -53,27 +64,214 @@ def active_surgery(
         return None
     return next((n for n, x in model.__dict__.get('_darts_named', {}).items() if x is m), None)
 
-# %% ../nbs/04a_deploy.ipynb #e4a0d011
-MODELING = '''"A causal LM with its DARTS module attached on load (written by darts_nb.deploy.export_corrected)."
-from pathlib import Path
-from transformers import {arch}
+# %% ../nbs/04a_deploy.ipynb #ab6607ee
+def _built_in_module(path_or_id, kwargs: dict) -> tuple[SurgeryModule, dict]:
+    "The module in an exported checkpoint's `darts_surgery/` (its folder, or its hub repo through the hub cache)."
+    hub = ('cache_dir', 'force_download', 'proxies', 'token', 'revision', 'local_files_only')
+    sub = '/'.join(s for s in (kwargs.get('subfolder'), 'darts_surgery') if s)
+    got = {
+        f: Path(cached_file(str(path_or_id), f, subfolder=sub, **{k: kwargs[k] for k in hub if k in kwargs}))
+        for f in (CONFIG, WEIGHTS)
+    }
+    cfg = _parse_config(got[CONFIG].read_bytes(), got[CONFIG])
+    module = _module_from_state(cfg, load_state_dict(str(got[WEIGHTS])), got[WEIGHTS])
+    if (got[CONFIG].parent / CARD).is_file():
+        got[CARD] = got[CONFIG].parent / CARD
+    return module.eval(), got
 
-class DartsForCausalLM({arch}):
+# %% ../nbs/04a_deploy.ipynb #2eda214b
+class _Corrected:
+    "What an exported checkpoint's class adds to the merged model's: its module, attached on load and saved with it."
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        from darts_nb.surgery import attach_surgery, load_surgery
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        folder = Path(str(pretrained_model_name_or_path))
-        if not folder.is_dir():  # a hub repo: its darts_surgery/ folder, from the hub cache
-            from huggingface_hub import snapshot_download
-            repo = str(pretrained_model_name_or_path)
-            got = snapshot_download(repo, revision=kwargs.get('revision'), allow_patterns=['darts_surgery/*'])
-            folder = Path(got)
-        module = load_surgery(folder / 'darts_surgery', expect_hidden=model.config.hidden_size)
-        return attach_surgery(model, module)
-'''
+        got = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = got[0] if isinstance(got, tuple) else got  # output_loading_info=True
+        module, files = _built_in_module(pretrained_model_name_or_path, kwargs)
+        _hook_surgery(model, module)
+        model.__dict__['_darts_files'] = files
+        return got
 
-# %% ../nbs/04a_deploy.ipynb #e2782c60
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        "transformers' own save (weights, config, this modelling file), and the module's folder as it was loaded."
+        module, files = surgery_of(self), self.__dict__.get('_darts_files')
+        if module is not None and files is not None:
+            saved = load_state_dict(str(files[WEIGHTS]))
+            if any(not torch.equal(v.detach().cpu(), saved[k]) for k, v in module.state_dict().items()):
+                raise ValueError(
+                    f"save_pretrained: the {module.kind} module differs from the one loaded from {files[WEIGHTS]}; "
+                    f"export a changed module with darts_nb.deploy.export_corrected"
+                )
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        if module is not None and files is not None:
+            folder = Path(save_directory) / 'darts_surgery'
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, f in files.items():
+                if Path(f).resolve() != (folder / name).resolve():  # saving over the folder it came from
+                    shutil.copyfile(f, folder / name)
+        return out
+
+# %% ../nbs/04a_deploy.ipynb #2b6408b2
+def _binds(node: ast.stmt) -> set[str]:
+    "The names a top-level statement binds in its module (not the names bound inside its functions or comprehensions)."
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {a.asname or a.name.split('.')[0] for a in node.names}
+    targets = {ast.Assign: 'targets', ast.AnnAssign: 'target', ast.AugAssign: 'target'}.get(type(node))
+    if targets:
+        t = getattr(node, targets)
+        return {n.id for x in (t if isinstance(t, list) else [t]) for n in ast.walk(x) if isinstance(n, ast.Name)}
+    inner = [getattr(node, k, []) for k in ('body', 'orelse', 'finalbody')] + [
+        h.body for h in getattr(node, 'handlers', [])
+    ]
+    return {n for block in inner for s in block for n in _binds(s)}
+
+# %% ../nbs/04a_deploy.ipynb #f4361ef5
+def _top_level(modname: str) -> dict:
+    "Each top-level name in `modname`'s source: ('code', first, last, text), ('import', line), ('link', mod, name)."
+    mod = importlib.import_module(modname)
+    src = inspect.getsource(mod)
+    lines, out = src.splitlines(keepends=True), {}
+    for node in ast.parse(src).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            own = isinstance(node, ast.ImportFrom) and (node.level or (node.module or '').split('.')[0] == 'darts_nb')
+            if own:
+                base = importlib.util.resolve_name('.' * node.level + (node.module or ''), mod.__package__)
+            for a in node.names:
+                name = a.asname or a.name.split('.')[0]
+                if own:
+                    out[name] = ('link', base, a.name)
+                elif isinstance(node, ast.ImportFrom) and node.module != '__future__':
+                    out[name] = ('import', ast.unparse(ast.ImportFrom(module=node.module, names=[a], level=0)))
+                elif isinstance(node, ast.Import):
+                    out[name] = ('import', ast.unparse(ast.Import(names=[a])))
+            continue
+        first = min([node.lineno] + [d.lineno for d in getattr(node, 'decorator_list', [])])
+        piece = ('code', first, node.end_lineno, ''.join(lines[first - 1 : node.end_lineno]))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = piece
+            continue
+        out.update(dict.fromkeys(_binds(node), piece))  # assignments, and what a try block binds
+    return out
+
+# %% ../nbs/04a_deploy.ipynb #87756bde
+def _lift(
+    roots: list[tuple[str, str]],  # (module, name) pairs to start from
+) -> tuple[list[str], list[tuple[str, str]]]:
+    "The import lines and the (module, source) pieces that `roots` need, by name, in an order that runs."
+    tables, pieces, imports, bound, deps, todo = {}, {}, {}, {}, {}, list(roots)
+    while todo:
+        modname, name = todo.pop()
+        if modname not in tables:
+            tables[modname] = _top_level(modname)
+        b = tables[modname].get(name)
+        if b is None:  # a builtin, a local or an attribute's name
+            continue
+        if b[0] == 'link':
+            deps.setdefault(modname, set()).add(b[1])
+            todo.append(b[1:])
+            continue
+        if bound.setdefault(name, b) != b:  # one file: a name may mean one thing only
+            raise RuntimeError(f"_lift: {name!r} is bound differently in two modules (last: {modname}); rename one")
+        if b[0] == 'import':
+            imports[b[1]] = modname
+            continue
+        if (modname, b[1]) not in pieces:
+            pieces[(modname, b[1])] = b[3]
+            names = {n.id for n in ast.walk(ast.parse(b[3])) if isinstance(n, ast.Name)}
+            todo.extend((modname, n) for n in sorted(names))
+    order = []
+
+    def visit(m):  # a module after the modules it imports from
+        if m not in order:
+            for d in sorted(deps.get(m, ())):
+                visit(d)
+            order.append(m)
+
+    for m in sorted(tables):
+        visit(m)
+    ranked = sorted(pieces, key=lambda k: (order.index(k[0]), k[1]))
+    return sorted(imports, key=lambda s: (order.index(imports[s]), s.startswith('from'), s)), [
+        (m, pieces[(m, i)]) for m, i in ranked
+    ]
+
+# %% ../nbs/04a_deploy.ipynb #abaf6974
+def _foreign_imports(src: str) -> set[str]:
+    "The packages `src` imports anywhere (in functions too) other than torch, transformers and the standard library."
+    names = set()
+    for n in ast.walk(ast.parse(src)):
+        if isinstance(n, ast.Import):
+            names |= {a.name.split('.')[0] for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            names.add('.' if n.level else n.module.split('.')[0])
+    return names - {'torch', 'transformers', '__future__'} - set(sys.stdlib_module_names)
+
+# %% ../nbs/04a_deploy.ipynb #c45e6dd5
+def modeling_source(
+    arch: str,  # the merged model's class, as transformers exports it (e.g. 'LlamaForCausalLM')
+) -> str:
+    "An exported checkpoint's modelling file: darts_nb's own surgery code, lifted, needing torch and transformers only."
+    import darts_nb
+
+    if not isinstance(arch, str) or not arch.isidentifier():
+        raise ValueError(f"arch: expected a class name such as 'LlamaForCausalLM', got {arch!r}")
+    imports, pieces = _lift([('darts_nb.deploy', '_Corrected')])
+    parts = [
+        f'"A causal LM with its DARTS module attached on load (darts_nb {darts_nb.__version__}, export_corrected)."\n'
+        '# Every piece below is copied from the darts_nb module named above it; the file needs torch and transformers.',
+        '\n'.join(['from __future__ import annotations', *imports, f'from transformers import {arch}']) + '\n',
+    ]
+    parts += [f'# {m}\n{text}' for m, text in pieces]
+    parts.append(
+        f'class DartsForCausalLM(_Corrected, {arch}):\n'
+        f'    "The merged model, its DARTS module (darts_surgery/) attached on load and saved with it."\n'
+    )
+    src = '\n\n'.join(p.rstrip('\n') + '\n' for p in parts)
+    bad = _foreign_imports(src)
+    if bad:
+        raise RuntimeError(
+            f"modeling_source: the lifted code imports {sorted(bad)}; it may import torch and transformers only"
+        )
+    return src
+
+# %% ../nbs/04a_deploy.ipynb #c4ed2db0
+def corrected_card(
+    cfg: dict,  # the built-in module's config (`surgery.read_surgery_config` of the export's darts_surgery/)
+    arch: str,  # the merged model's class (`LlamaForCausalLM`)
+    tokenizer: bool = True,  # a tokenizer is saved in the checkpoint
+) -> str:
+    "The exported checkpoint's model card (README.md): what its module corrects, and how to load it with transformers."
+
+    def g(k):
+        return cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
+
+    kind = cfg.get('kind')
+    doc = (SURGERY_KINDS[kind].__doc__ or '').strip().rstrip('.') if kind in SURGERY_KINDS else ''
+    name = f"`{cfg['merged_model']}`" if cfg.get('merged_model') else 'A merged model'
+    base = f"base_model: {cfg['merged_model']}\n" if cfg.get('merged_model') else ''
+    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
+    tok = "tokenizer = AutoTokenizer.from_pretrained('<folder or repo id>')\n" if tokenizer else ''
+    return (
+        f"---\nlibrary_name: transformers\ntags: [darts, model-merging, custom_code]\n{base}"
+        f"---\n# {name} with its DARTS module for {g('domain')} built in\n\n"
+        f"{name} ({arch}, merge config {g('merge_config_hash')}) with a DARTS surgery module applied to its final "
+        f"hidden state, the LM head's input: it corrects the merged model's representation towards the expert "
+        f"`{g('expert')}` on `{g('domain')}`. Module: {kind} ({doc}), hidden size {cfg.get('hidden_size')}, "
+        f"rank {cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed "
+        f"{g('seed')}. Held-out rho_L1: {g('rho_l1')}.\n\n"
+        f"| held-out score | value |\n|---|---|\n{rows}\n"
+        f"## Loading it\n\nWith transformers alone (and torch): darts_nb is not needed. The modelling file "
+        f"`modeling_darts.py` holds the surgery code (generated from darts_nb {g('version')}), and "
+        f"`trust_remote_code=True` lets transformers run it; the module's weights are in `darts_surgery/`.\n\n"
+        f"```python\nfrom transformers import AutoModelForCausalLM{', AutoTokenizer' if tokenizer else ''}\n\n"
+        f"model = AutoModelForCausalLM.from_pretrained('<folder or repo id>', trust_remote_code=True)\n{tok}```\n\n"
+        f"Any tool that takes a checkpoint path uses it the same way, e.g. lm-eval: `--model hf --model_args "
+        f"pretrained=<folder>,trust_remote_code=True`. Without `trust_remote_code` the same folder loads the plain "
+        f"merged model.\n"
+    )
+
+# %% ../nbs/04a_deploy.ipynb #7b8422d0
 def export_corrected(
     model,  # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
     module: SurgeryModule,  # the surgery module to build in
@@ -81,15 +279,23 @@ def export_corrected(
     tokenizer=None,  # saved beside, so the folder is complete for pipelines and lm-eval
     **meta,  # provenance for the module's config and card (see `surgery.save_surgery`)
 ) -> Path:
-    "One checkpoint (merged weights, module, `auto_map` modelling code) that loads corrected with remote code."
-    arch = type(model).__name__
+    "One checkpoint (merged weights, module, self-contained `auto_map` modelling code, card) that loads corrected."
+    # The class the modelling file subclasses: the first of the model's that transformers exports under its name
+    base = next((c for c in type(model).__mro__ if getattr(transformers, c.__name__, None) is c), None)
+    if base is None or not hasattr(base, 'save_pretrained'):
+        raise ValueError(f"model: expected a transformers causal LM, got a {type(model).__name__}")
+    arch = base.__name__
+    src = modeling_source(arch)
     with atomic_path(out_dir) as tmp:
-        type(model).save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached
+        base.save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         save_surgery(module, tmp / 'darts_surgery', **{**getattr(module, 'meta', {}), **meta})
-        (tmp / 'modeling_darts.py').write_text(MODELING.format(arch=arch))
+        (tmp / 'modeling_darts.py').write_text(src)
         cfg = json.loads((tmp / 'config.json').read_text())
         cfg['auto_map'] = {'AutoModelForCausalLM': 'modeling_darts.DartsForCausalLM'}
+        cfg['architectures'] = [arch]  # a loaded export's own class is not a transformers one
         (tmp / 'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        card = corrected_card(read_surgery_config(tmp / 'darts_surgery'), arch, tokenizer=tokenizer is not None)
+        (tmp / 'README.md').write_text(card)
     return Path(out_dir)

@@ -1,4 +1,4 @@
-"""The built-in `code`, `math` and `instruct` domains: seeded generators with labelled spans, few-shot contexts, disjoint splits, checkers.
+"""The built-in `code`, `math` and `instruct` domains: generators, few-shot contexts, splits and checkers.
 
 Docs: https://darts-nb.github.io/darts_nb/domains.html.md"""
 
@@ -123,13 +123,10 @@ def math_item(
 
 # %% ../nbs/02_domains.ipynb #1a5e6b04
 INSTRUCT_TEMPLATES = ('count', 'first', 'last', 'letter')
-_ASKED = {
-    'first': 'the first letter',
-    'last': 'the last letter',
-    'letter': 'a letter',
-}  # what a letter template asks for
+# what a letter template asks for
+_ASKED = {'first': 'the first letter', 'last': 'the last letter', 'letter': 'a letter'}
 
-
+# %% ../nbs/02_domains.ipynb #f547f8d8
 def valid_answers(
     check: dict,  # an instruct item's `check`
 ) -> list[set[str]]:
@@ -140,14 +137,14 @@ def valid_answers(
     pick = {'first': lambda x: {x[0]}, 'last': lambda x: {x[-1]}, 'letter': set}[check['kind']]
     return [pick(w), pick(v)]
 
-
+# %% ../nbs/02_domains.ipynb #55033bfd
 def _wrong(right: set[str], rng: random.Random) -> str:
-    "A wrong value for a decision whose right values are `right`: one more than a count, or a letter that is not right."
+    "A wrong value for a decision whose right values are `right`: one more than a count, or another letter."
     if all(x.isdigit() for x in right):
         return str(int(min(right)) + 1)
     return rng.choice([c for c in 'abcdefghijklmnopqrstuvwxyz' if c not in right])
 
-
+# %% ../nbs/02_domains.ipynb #81ae8ead
 def _instruct_case(rng: random.Random) -> tuple[Spanned, Spanned, dict, str]:
     "(instruction, reference response, check, baseline response) for one instruction template."
     q, t, kind = Spanned().add('Instruction: '), Spanned().add(' '), rng.choice(INSTRUCT_TEMPLATES)
@@ -162,13 +159,12 @@ def _instruct_case(rng: random.Random) -> tuple[Spanned, Spanned, dict, str]:
     glue = [' and ', ', so ', '.'] if kind == 'count' else [' and ', '.']
     for x, g in zip(ref, glue):
         t.add(x, 'decision').add(g)
-    wrong = set(
-        rng.sample(range(len(ref)), rng.randint(1, len(ref) - 1))
-    )  # the baseline misses some decisions, never all
+    # the baseline misses some decisions, never all
+    wrong = set(rng.sample(range(len(ref)), rng.randint(1, len(ref) - 1)))
     base = ''.join((_wrong(r, rng) if i in wrong else x) + g for i, (x, r, g) in enumerate(zip(ref, valid, glue)))
     return q, t, check, base
 
-
+# %% ../nbs/02_domains.ipynb #c30c98d7
 def instruct_item(
     rng: random.Random,  # the generator's random source
 ) -> dict:
@@ -185,13 +181,13 @@ def instruct_item(
         template=check['kind'],
     )
 
-
+# %% ../nbs/02_domains.ipynb #50c88046
 GENERATORS = {'code': code_item, 'math': math_item, 'instruct': instruct_item}
 
 # %% ../nbs/02_domains.ipynb #73344f6a
-POOL_SIZE = 1500
+POOL_SIZE = 1500  # items per domain: 50 calibrate, 150 evaluate, the rest train
 
-
+# %% ../nbs/02_domains.ipynb #207389d3
 def make_pool(
     domain: str,  # one of DOMAINS
     n: int = POOL_SIZE,  # unique items to draw
@@ -213,7 +209,7 @@ def make_pool(
             break
     return items
 
-
+# %% ../nbs/02_domains.ipynb #8f5c6a05
 def shot(
     item: dict,  # an item
 ) -> str:
@@ -252,7 +248,7 @@ def load_split(
     nc, ne = SPLIT_SIZES['calib'], SPLIT_SIZES['eval']
     train = [pool[i] for i in order[nc + ne :]]
     if split == 'train':
-        return [with_context(it, train, random.Random(0), 0) for it in train]
+        return [with_context(it, train, random.Random(0), max_chars=0) for it in train]
     idx = order[:nc] if split == 'calib' else order[nc : nc + ne]
     return [with_context(pool[i], train, random.Random(f'{seed}-{pool[i]["id"]}')) for i in idx]
 
@@ -264,10 +260,10 @@ def extract_completion(
     "The part of a raw generation that answers the prompt."
     if domain == 'code':
         lines = []
-        for l in text.split('\n'):
-            if lines and l.strip() and not l.startswith((' ', '\t')):
+        for line in text.split('\n'):
+            if lines and line.strip() and not line.startswith((' ', '\t')):
                 break
-            lines.append(l)
+            lines.append(line)
         return '\n'.join(lines).rstrip() + '\n'
     if domain == 'math':
         m = re.search(r'####\s*-?\d+', text)
@@ -287,7 +283,7 @@ def instruct_grade(
     check: dict,  # an instruct item's `check`
     response: str,  # a response (its first line)
 ) -> float:
-    "How well `response` follows the instruction, from 0 to 1: the share of its decisions that are right (0 when it is not in the response's form)."
+    "How well `response` follows the instruction, from 0 to 1: the share of its decisions that are right."
     valid = valid_answers(check)
     pat = r'(\d+) and (\d+), so (\d+)\.?' if check['kind'] == 'count' else r'([a-z]) and ([a-z])\.?'
     m = re.fullmatch(pat, response.strip())
@@ -295,7 +291,7 @@ def instruct_grade(
         return 0.0
     return sum(g in r for g, r in zip(m.groups(), valid)) / len(valid)
 
-
+# %% ../nbs/02_domains.ipynb #89488c72
 def judge(
     item: dict,  # an instruct item (its `check` and `baseline`)
     response: str,  # the model's response
@@ -309,14 +305,14 @@ def code_program(
     item: dict,  # a code item
     completion: str,  # the model's raw generation after the prompt
 ) -> str:
-    "The whole program (query, body, then the tests) that exits 0 iff the completion implements the item (for `sandbox.run_code`; the verdict itself is `check_completion`'s)."
+    "The whole program (query, body, tests) that exits 0 iff the completion implements the item (`sandbox.run_code`)."
     return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
 
-
+# %% ../nbs/02_domains.ipynb #e7a667d2
 def code_problem(
     item: dict,  # a code item
 ) -> dict:
-    "The item as a HumanEval-style problem for `sandbox.check_completion`: prompt, entry_point, and a check(candidate) of its tests."
+    "The item as a HumanEval-style problem for `sandbox.check_completion`: prompt, entry_point, test."
     body = ''.join(f'    {line}\n' for line in item['tests'].splitlines())
     return dict(
         prompt=item['query'],
@@ -344,16 +340,16 @@ def score_completion(
     return judge(item, extract_completion('instruct', completion))
 
 # %% ../nbs/02_domains.ipynb #3c782277
-CALIB_TEXTS = ('prompt', 'prompt+reference')
+CALIB_TEXTS = ('prompt', 'prompt+reference')  # what calibration may read of an item
 
-
+# %% ../nbs/02_domains.ipynb #1210049f
 def training_text(
     item: dict,  # an item
 ) -> str:
     "The full text of an item: prompt followed by target."
     return item['prompt'] + item['target']
 
-
+# %% ../nbs/02_domains.ipynb #8c305f50
 def calibration_text(
     item: dict,  # an item
     mode: str = 'prompt',  # 'prompt' (the paper's) or 'prompt+reference'
@@ -361,7 +357,7 @@ def calibration_text(
     "What the surgery is calibrated on."
     return item['prompt'] if check_choice(mode, CALIB_TEXTS, 'mode') == 'prompt' else training_text(item)
 
-
+# %% ../nbs/02_domains.ipynb #fdd11227
 def text_spans(
     item: dict,  # an item with `spans`
     text: str,  # the item's prompt or full text
@@ -379,7 +375,7 @@ def export_jsonl(
     "Write a split as JSON lines (one item per line) for lm-eval's `json` dataset builder."
     return atomic_write(path, ''.join(json.dumps(it) + '\n' for it in load_split(domain, split, seed)))
 
-
+# %% ../nbs/02_domains.ipynb #f779af6a
 def split_hash(
     domain: str,  # one of DOMAINS
     split: str,  # a split name

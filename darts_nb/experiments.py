@@ -14,7 +14,7 @@ from fastcore.meta import delegates
 from .options import RunOptions
 from .runs import Run, make_run
 from .report import Experiment, Section, write_report
-from . import paper, ablations, premises
+from . import paper, ablations, premises, control, diagnosis, replication
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
@@ -43,6 +43,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         ablations.LR,
         paper.COST,
         premises.SUMMARY,
+        control.CONTROL,
+        diagnosis.DIAGNOSIS,
+        replication.REPLICATION,
     )
 }
 

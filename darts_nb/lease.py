@@ -1,4 +1,4 @@
-"""Who is writing a temporary file or folder, and whether it was abandoned: a lease with a heartbeat, valid across the machines that share a directory.
+"""Who writes a temporary file or folder, and whether it was abandoned: a heartbeat lease across machines.
 
 Docs: https://darts-nb.github.io/darts_nb/lease.html.md"""
 
@@ -22,7 +22,7 @@ __all__ = ['HEARTBEAT', 'LEASE_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold
 HEARTBEAT = 30.0  # seconds between two renewals of a held lease
 LEASE_TTL = 600.0  # default seconds without a heartbeat after which a lease is stale (DARTS_LEASE_TTL overrides)
 
-
+# %% ../nbs/00a_lease.ipynb #45aa5045
 def lease_ttl() -> float:
     "The time-to-live of a lease in seconds: `DARTS_LEASE_TTL`, else `LEASE_TTL`."
     v = os.environ.get('DARTS_LEASE_TTL')
@@ -33,16 +33,16 @@ def lease_ttl() -> float:
     except ValueError:
         ttl = float('nan')
     if not ttl > 0:
-        raise ValueError(f"DARTS_LEASE_TTL={v!r}: expected a number of seconds > 0")
+        raise ValueError(f"DARTS_LEASE_TTL: expected a number of seconds > 0, got {v!r}")
     return ttl
 
-
+# %% ../nbs/00a_lease.ipynb #94bbd93e
 def host_id() -> str:
-    "This machine: its host name and boot id (a rebooted machine is another host, whose old processes are all gone)."
+    "This machine: its host name and boot id (a rebooted machine is another host, its old processes all gone)."
     boot = Path('/proc/sys/kernel/random/boot_id')
     return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else ''}"
 
-
+# %% ../nbs/00a_lease.ipynb #cff53a2d
 def lease_path(
     path: str | Path,  # the temporary file or folder being written
 ) -> Path:
@@ -50,19 +50,21 @@ def lease_path(
     path = Path(path)
     return path.with_name(path.name + '.lease')
 
-
+# %% ../nbs/00a_lease.ipynb #209d066c
 def _beat(path: Path, started: float) -> None:
+    "Write the lease of `path` now: this host, this process, when it started and this heartbeat."
     write_json(lease_path(path), dict(host=host_id(), pid=os.getpid(), started=started, heartbeat=time.time()))
 
-
+# %% ../nbs/00a_lease.ipynb #98a6d594
 def _renew(path: Path, started: float, stop: threading.Event, every: float) -> None:
+    "Beat every `every` seconds until `stop` is set."
     while not stop.wait(every):
         try:
             _beat(path, started)
         except OSError:
             pass  # a full or vanished directory: the next beat tries again, the work itself reports its error
 
-
+# %% ../nbs/00a_lease.ipynb #b3533d4c
 @contextmanager
 def hold_lease(
     path: str | Path,  # the temporary file or folder this process is writing
@@ -85,15 +87,16 @@ def hold_lease(
 def read_lease(
     path: str | Path,  # the temporary file or folder
 ) -> dict | None:
-    "The lease of `path`, or None when it has none (or an unreadable one: a lease is written whole, so that is a writer that never beat)."
+    "The lease of `path`, or None when it has none (or an unreadable one: a writer that never beat)."
     try:
         d = json.loads(lease_path(path).read_text())
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) and {'host', 'pid', 'heartbeat'} <= set(d) else None
 
-
+# %% ../nbs/00a_lease.ipynb #eb2866a9
 def _gone(pid: int) -> bool:
+    "Whether no process `pid` exists on this machine."
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -102,13 +105,13 @@ def _gone(pid: int) -> bool:
         return False  # someone else's process: alive
     return False
 
-
+# %% ../nbs/00a_lease.ipynb #b03f8c8e
 def is_stale(
     path: str | Path,  # a temporary file or folder
     ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
     now: float | None = None,  # the time to judge at (None: now)
 ) -> bool:
-    "Whether the temporary `path` was abandoned: a heartbeat older than `ttl`, or a writer on this machine that is gone; without a lease, a modification time older than `ttl`."
+    "Whether the temporary `path` was abandoned (its heartbeat, else its modification time, older than `ttl`)."
     path, ttl, now = Path(path), lease_ttl() if ttl is None else ttl, time.time() if now is None else now
     lease = read_lease(path)
     if lease is None:
@@ -120,12 +123,12 @@ def is_stale(
         return True
     return now - float(lease['heartbeat']) > ttl
 
-
+# %% ../nbs/00a_lease.ipynb #f1217fc6
 def clean_stale(
     folder: str | Path,  # a folder whose temporaries (`.NAME.tmp-*`) to judge
     ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
 ) -> list[Path]:
-    "Remove the abandoned temporaries in `folder` with their leases (and leases left without a temporary); returns what was removed."
+    "Remove the abandoned temporaries in `folder`, their leases, and stale leases left alone; returns what went."
     gone, found = [], sorted(Path(folder).glob('.*.tmp-*'))
     for t in (t for t in found if not t.name.endswith('.lease')):
         if not is_stale(t, ttl):
@@ -133,9 +136,8 @@ def clean_stale(
         _rmtree(t)
         lease_path(t).unlink(missing_ok=True)
         gone.append(t)
-    for lp in (
-        t for t in found if t.name.endswith('.lease') and t.exists()
-    ):  # a lease whose temporary is gone: kept while its writer beats
+    # a lease whose temporary is gone: kept while its writer beats
+    for lp in (t for t in found if t.name.endswith('.lease') and t.exists()):
         t = lp.with_name(lp.name[: -len('.lease')])
         if not t.exists() and is_stale(t, ttl):
             lp.unlink(missing_ok=True)

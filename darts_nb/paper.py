@@ -25,6 +25,7 @@ from darts_nb.runs import (
     stage_sweep,
     sweep_table,
     best_merges,
+    sweep_basis,
     merges_dir,
     domain_cache,
     calib_texts,
@@ -203,7 +204,7 @@ def _main_section(run: Run, figs: Path) -> Section | None:
                 f'DARTS beats {what} on the best merges, averaged over the domains and the '
                 f'{len(merges)} families: {ci(pooled)} (paired over {pooled["n"]} item scores); per family '
                 f'{each}. Paper: +{np.mean(pw[b]):.1f} pp on average, DARTS ahead in '
-                f'{sum(x > 0 for x in pw[b])} of 4 families.',
+                f'{sum(x > 0 for x in pw[b])} of 4 families. It rests on {", ".join(merges)}: {sweep_basis(run)}.',
             )
         )
     return sec

@@ -155,7 +155,7 @@ def _placement_section(run: Run, figs: Path) -> Section | None:
                 verdict(r['lo'], r['hi'], expect='>', at=0.0),
                 f'bias grows with position: the same items have {np.exp(r["diff"]):.2f}x the bias '
                 f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone '
-                f'({len(late)} items, paired; paper: later positions 2-3x the bias of early ones).',
+                f'(ta-0.5, {len(late)} held-out items, paired; paper: later positions 2-3x the bias of early ones).',
             )
         ],
     )

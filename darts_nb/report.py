@@ -157,6 +157,8 @@ class Experiment:
     section: Callable  # section(run, figures_dir) -> Section, or None while nothing has run
     arms: tuple = ()  # (label, Arm) pairs it runs, for reading
     profiles: tuple = ('toy', 'paper')  # the evaluation tasks it applies to (a toy premise needs its labelled spans)
+    # unmeasured(run) -> a line the core claims carry while this record has no section (what they rest on); or None
+    unmeasured: Callable | None = None
 
     @property
     def heading(self) -> str:
@@ -302,11 +304,13 @@ def write_report(
     "Write runs/<name>/report.md and report.html from the run's store, caches and files, section by section."
     figs = run.dir / 'figures'
     figs.mkdir(parents=True, exist_ok=True)
-    body, claims, core, top, missing = [], [], [], [], []
+    body, claims, core, top, missing, notes = [], [], [], [], [], []
     for exp in experiments.values():
         sec, why = _section(exp, run, figs)
         if sec is None:
             missing.append(why)
+            if exp.unmeasured is not None and run.eval_profile in exp.profiles:
+                notes.append(exp.unmeasured(run))
             continue
         columns = PAPER_COLUMNS if run.eval_profile == 'paper' else None
         body += render_section(exp.heading, sec, run.dir, columns=columns)
@@ -332,6 +336,7 @@ def write_report(
         *([''] if top else []),
         *(core or ['_(not measured yet)_']),
         '',
+        *[line for n in notes for line in (n, '')],
         *config_lines(run, list(experiments)),
         f'## Every other claim, checked on this run ({_tally(claims)})',
         '',

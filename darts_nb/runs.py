@@ -28,11 +28,11 @@ from darts_nb.inputs import (
     config_by_role,
     source_key,
 )
-from .zoo import get_profile, load_model, Profile
+from .zoo import get_profile, load_model, Profile, shipped_sweep
 from darts_nb.merge import (
     FAMILY_NAMES,
     sweep_configs,
-    quick_configs,
+    QUICK,
     run_merges,
     is_finished,
     family,
@@ -56,8 +56,8 @@ from .evaluate import evaluate_model
 __all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run',
            'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
            'sweep_grid', 'merge_state', 'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep',
-           'sweep_table', 'best_merges', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores',
-           'run_arm', 'arms_over']
+           'sweep_table', 'best_merges', 'sweep_basis', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job',
+           'sweep_scores', 'run_arm', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
@@ -437,13 +437,12 @@ def merges_dir(
 def sweep_grid(
     run: Run,  # the run
 ) -> dict[str, dict]:
-    "The run's merge configurations: the full grid, or `merge.QUICK` with `run.quick`."
-    base, experts = run.profile.base, run.profile.experts
-    return (
-        quick_configs(base, experts, out_dtype=run.merge_dtype)
-        if run.quick
-        else sweep_configs(base, experts, out_dtype=run.merge_dtype)
-    )
+    "The run's merges: the full grid; with `run.quick` one per family, the full sweep's choice on a shipped zoo."
+    if not run.quick:
+        return _grid(run)
+    shipped = shipped_sweep(run.profile)
+    names = list(shipped['best'].values()) if shipped else list(QUICK)
+    return pick_configs(_grid(run), names)
 
 # %% ../nbs/15_runs.ipynb #0cb3816a
 def _configs(run: Run, names: list[str] | None) -> dict:
@@ -557,13 +556,32 @@ def sweep_table(
 def best_merges(
     run: Run,  # the run
 ) -> dict[str, str]:
-    "Family name -> best configuration by mean score across domains (the paper's rule), in table 1's order."
+    "Family name -> the sweep's best configuration by mean score across domains (the paper's rule), Table 1's order."
     df = task_rows(run, role='merged', surgery_kind='')
+    df = df[df.merge_config.isin(list(sweep_grid(run)))] if len(df) else df  # the sweep's, not a record's extra merge
     if df.empty:
         raise ValueError(f"run {run.name!r} has no evaluated merges: run the 'sweep' experiment first")
     scores = df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']]
     best = best_per_method(scores)
     return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
+
+# %% ../nbs/15_runs.ipynb #b431a967
+def sweep_basis(
+    run: Run,  # the run
+) -> str:
+    "What the run's best merges rest on, in words, for the claims made on them."
+    if not run.quick:
+        return f'the best of each family among the {len(_grid(run))} merges of the full sweep'
+    shipped = shipped_sweep(run.profile)
+    if shipped:
+        return (
+            f"the best of each family in the full sweep of this shipped zoo ({shipped['merges']} merges on "
+            f"{shipped['items']} items per domain, measured {shipped['measured']}), as the full programme chooses"
+        )
+    return (
+        "the quick sweep's one merge per family, not the full sweep's choice (`darts run` without --quick sweeps "
+        f'{len(_grid(run))} merges and may choose others)'
+    )
 
 # %% ../nbs/15_runs.ipynb #aab1cfed
 def calib_texts(

@@ -12,8 +12,10 @@ import time
 import select
 import subprocess
 from dataclasses import dataclass
+from .core import check_number
 from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
-from .containment import SandboxUnavailable, sandbox_python, sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
+from .containment import SandboxUnavailable, sandbox_python  # noqa: F401 (re-exported)
+from .containment import sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
 
 # %% auto #0
 __all__ = ['CodeResult', 'run_code', 'encode_value', 'decode_value', 'CheckResult', 'CandidateError', 'check_completion']
@@ -24,13 +26,11 @@ class CodeResult:
     "What happened to one sandboxed program."
 
     passed: bool  # the caller's trusted `tests` passed in the checker (a program alone is never `passed`)
-    status: str  # with tests: 'passed', 'failed', 'unsupported'; without: 'exited' (status 0) or 'failed'; either: 'timeout', 'error'
+    status: str  # 'passed', 'failed', 'unsupported' (with tests), 'exited', 'failed' (without), 'timeout', 'error'
     stdout: str  # the program's stdout, truncated
     stderr: str  # the program's stderr, truncated
     seconds: float  # wall-clock seconds
-    returncode: (
-        int | None
-    )  # the exit status if the program ended by itself (negative: killed by that signal), else None
+    returncode: int | None  # the exit status if the program ended by itself, else None
     sandbox: tuple = ()  # the layers that were applied to this run
     uid: int | None = None  # the uid the program ran as (all its processes are killed afterwards)
     detail: str = ''  # with tests: what failed, in one line
@@ -43,18 +43,16 @@ def run_code(
     max_procs: int = 32,  # process/thread limit (RLIMIT_NPROC) for the run
     output_kb: int = 4,  # stdout/stderr kept in the result, in KiB
     file_mb: int = 16,  # largest file (and captured output) the program may write, in MiB
-    tests: str | None = None,  # trusted test code, run here against the program's names; without it there is no verdict
+    tests: str | None = None,  # trusted test code, run here against the program's names (without it: no verdict)
     scratch_mb: int = 64,  # the scratch directory's total size, in MiB
-    allow_unsafe: bool
-    | None = None,  # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+    allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
 ) -> CodeResult:
     "Run `program` in a fresh sandboxed interpreter; with `tests`, the checker's verdict on it."
     if not isinstance(program, str):
         raise TypeError(f'program: expected str, got {type(program).__name__}')
     if tests is not None and not isinstance(tests, str):
         raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
-    if not timeout > 0:
-        raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+    check_number(timeout, 'timeout', lo=0, lo_open=True)
     lims = dict(
         memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe
     )
@@ -63,17 +61,17 @@ def run_code(
         def check(remote):
             exec(compile(tests, '<tests>', 'exec'), remote.namespace())
 
-        r = _serve_and_check(program, check, timeout, output_kb, **lims)
+        r = _serve_and_check(program, check, timeout, output_kb=output_kb, **lims)
         return CodeResult(
-            r['status'] == 'passed',
-            r['status'],
-            r['out'],
-            r['err'],
-            r['seconds'],
-            r['rc'],
-            r['layers'],
-            r['uid'],
-            r['detail'],
+            passed=r['status'] == 'passed',
+            status=r['status'],
+            stdout=r['out'],
+            stderr=r['err'],
+            seconds=r['seconds'],
+            returncode=r['rc'],
+            sandbox=r['layers'],
+            uid=r['uid'],
+            detail=r['detail'],
         )
     t0 = time.monotonic()
     with _sandboxed(program, timeout, **lims) as (p, box):
@@ -100,14 +98,14 @@ def run_code(
         last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
         status = 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
     return CodeResult(
-        False,
-        status,
-        _truncate(out, output_kb << 10),
-        _truncate(err, output_kb << 10),
-        round(seconds, 3),
-        rc,
-        layers,
-        uid,
+        passed=False,
+        status=status,
+        stdout=_truncate(out, output_kb << 10),
+        stderr=_truncate(err, output_kb << 10),
+        seconds=round(seconds, 3),
+        returncode=rc,
+        sandbox=layers,
+        uid=uid,
     )
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
@@ -115,7 +113,7 @@ def encode_value(
     v,  # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
     depth: int = 0,  # nesting so far
 ):
-    "A JSON-ready form of a plain value; tuples, sets, dicts and non-finite floats are tagged (TypeError for any other type)."
+    "A JSON-ready form of a plain value: tuples, sets, dicts and non-finite floats tagged (TypeError for other types)."
     if depth > 100:
         raise ValueError('value nested more than 100 deep')
     t = type(v)
@@ -133,7 +131,7 @@ def encode_value(
         return {'$d': [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]}
     raise TypeError(f'unsupported type {t.__name__}')
 
-
+# %% ../nbs/01_sandbox.ipynb #93928e14
 def decode_value(
     o,  # parsed JSON from `encode_value`
     depth: int = 0,  # nesting so far
@@ -168,13 +166,13 @@ class CheckResult:
     "The trusted checker's verdict on one completion."
 
     passed: bool  # the benchmark's tests ran to their end in the checker
-    status: str  # 'passed', 'failed', 'timeout', 'error' (the candidate died or never answered) or 'unsupported'
+    status: str  # 'passed', 'failed', 'timeout', 'error' or 'unsupported'
     detail: str  # what failed, in one line
     seconds: float  # wall-clock seconds
     calls: int  # calls answered by the sandboxed candidate
     stderr: str = ''  # the candidate's stderr, truncated
 
-
+# %% ../nbs/01_sandbox.ipynb #40a1df5f
 class _Outcome(Exception):
     "A verdict decided by the candidate's side: status and detail."
 
@@ -182,11 +180,11 @@ class _Outcome(Exception):
         super().__init__(detail)
         self.status = status
 
-
+# %% ../nbs/01_sandbox.ipynb #aa7561da
 class CandidateError(Exception):
     "The candidate raised an exception (its type and message, as text)."
 
-
+# %% ../nbs/01_sandbox.ipynb #5f798e09
 _SERVE = """
     import os, sys, json
     g = globals()
@@ -197,34 +195,46 @@ _SERVE = """
             if op == 'names':
                 r = {}
                 for k, v in list(g.items()):
-                    if k.startswith('__'): continue
-                    if callable(v): r[k] = 'fn'; continue
-                    try: r[k] = ['v', encode_value(v)]
-                    except (TypeError, ValueError, RecursionError): pass
+                    if k.startswith('__'):
+                        continue
+                    if callable(v):
+                        r[k] = 'fn'
+                        continue
+                    try:
+                        r[k] = ['v', encode_value(v)]
+                    except (TypeError, ValueError, RecursionError):
+                        pass
                 r = {'ok': r}
-            else: r = {'ok': encode_value(g[name](*decode_value(args)))}
+            else:
+                r = {'ok': encode_value(g[name](*decode_value(args)))}
         except TypeError as e:
-            r = {'unsupported': str(e)} if str(e).startswith('unsupported type') else {'raised': 'TypeError: ' + str(e)[:300]}
-        except BaseException as e: r = {'raised': type(e).__name__ + ': ' + str(e)[:300]}
-        for f in (sys.stdout, sys.stderr): f.flush()   # what the program printed, kept when it is killed at the end
-        wr.write((json.dumps(r) + '\\n').encode()); wr.flush()
+            if str(e).startswith('unsupported type'):
+                r = {'unsupported': str(e)}
+            else:
+                r = {'raised': 'TypeError: ' + str(e)[:300]}
+        except BaseException as e:
+            r = {'raised': type(e).__name__ + ': ' + str(e)[:300]}
+        for f in (sys.stdout, sys.stderr):
+            f.flush()  # what the program printed, kept when it is killed at the end
+        wr.write((json.dumps(r) + '\\n').encode())
+        wr.flush()
 """
 
-
+# %% ../nbs/01_sandbox.ipynb #cae98a86
 def _server(rfd: int, wfd: int) -> str:
-    "Source appended to the candidate's program: serve calls on the pipes until the checker is done (its helpers kept out of the program's names)."
+    "Source appended to the candidate's program: serve calls on the pipes (its helpers kept out of its names)."
     import inspect
     import textwrap
 
     helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
     return f'\n\ndef __darts_serve(rfd, wfd):\n{helpers}{_SERVE}\n__darts_serve({rfd}, {wfd})\n'
 
-
+# %% ../nbs/01_sandbox.ipynb #b030ed4c
 _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
 
-
+# %% ../nbs/01_sandbox.ipynb #98f18e79
 class _Remote:
-    "The candidate's names as the checker sees them: each call goes to the sandbox, each answer comes back as plain data."
+    "The candidate's names as the checker sees them: calls go to the sandbox, answers come back as plain data."
 
     def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 64 << 20):
         self.wfd, self.rfd, self.deadline, self.limit, self.calls, self.buf = wfd, rfd, deadline, limit, 0, b''
@@ -234,7 +244,9 @@ class _Remote:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise _Outcome('timeout', f'no answer within the time limit (call {self.calls + 1})')
-            if not select.select([self.rfd], [], [], left)[0]:
+            # read, write and error lists and the timeout: select takes them by position only
+            watch = ([self.rfd], [], [], left)
+            if not select.select(*watch)[0]:
                 continue
             chunk = os.read(self.rfd, 1 << 16)
             if not chunk:
@@ -286,7 +298,7 @@ class _Remote:
         return call
 
     def namespace(self) -> dict:
-        "The candidate's top-level names after its run: functions as stand-ins, plain values as copies (others left out)."
+        "The candidate's top-level names after its run: functions as stand-ins, plain values as copies (no others)."
         names = self._ask('names')
         if type(names) is not dict:
             raise _Outcome('error', 'a malformed list of names')
@@ -350,7 +362,7 @@ def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **
         uid=uid,
     )
 
-
+# %% ../nbs/01_sandbox.ipynb #ca2f5aff
 def check_completion(
     problem: dict,  # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
     completion: str,  # the model's completion of the prompt (untrusted)
@@ -359,17 +371,15 @@ def check_completion(
     max_procs: int = 32,  # the candidate's process limit
     file_mb: int = 16,  # the candidate's largest file, in MiB
     scratch_mb: int = 64,  # the candidate's scratch directory, in MiB
-    allow_unsafe: bool
-    | None = None,  # run even where the kernel lacks a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+    allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
 ) -> CheckResult:
-    "Run the problem's tests here (trusted) against the completion running in the sandbox (untrusted), which only answers calls."
+    "The checker's verdict on `completion`: the problem's tests run here, the completion in the sandbox answers calls."
     for k in ('prompt', 'test', 'entry_point'):
         if not isinstance(problem.get(k), str):
             raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
     if not isinstance(completion, str):
         raise TypeError(f'completion: expected str, got {type(completion).__name__}')
-    if not timeout > 0:
-        raise ValueError(f'timeout: expected a positive number of seconds, got {timeout!r}')
+    check_number(timeout, 'timeout', lo=0, lo_open=True)
 
     def check(remote):
         ns = {}
@@ -388,4 +398,11 @@ def check_completion(
         scratch_mb=scratch_mb,
         allow_unsafe=allow_unsafe,
     )
-    return CheckResult(r['status'] == 'passed', r['status'], r['detail'], r['seconds'], r['calls'], r['err'])
+    return CheckResult(
+        passed=r['status'] == 'passed',
+        status=r['status'],
+        detail=r['detail'],
+        seconds=r['seconds'],
+        calls=r['calls'],
+        stderr=r['err'],
+    )

@@ -458,12 +458,9 @@ def detach_surgery(
         model.__dict__.pop(k, None)
     return st['module']
 
-# %% ../nbs/04_surgery.ipynb #d8abd4a0
-def attach_surgery(
-    model,  # a Hugging Face causal LM
-    module: SurgeryModule,  # the surgery module; attaching again replaces the previous one
-):
-    "Make `model` apply `module` to its LM head's input in every forward call (generate, KV cache, left padding)."
+# %% ../nbs/04_surgery.ipynb #37195177
+def _hook_surgery(model, module):
+    "`attach_surgery` less its `save_pretrained`: the checks, the hooks and the repr (what an exported file needs)."
     if not isinstance(module, nn.Module) or not hasattr(module, 'hidden_size'):
         raise TypeError(f"module: expected a surgery module, got {type(module).__name__}")
     H = _module_hidden(model)
@@ -509,6 +506,21 @@ def attach_surgery(
         head.register_forward_pre_hook(correct),
     ]
 
+    def extra_repr():
+        sizes = f'hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len}'
+        return f'darts_surgery={module.kind}({sizes})'
+
+    model.__dict__.update(_darts_surgery=dict(module=module, handles=handles, state=state), extra_repr=extra_repr)
+    return model
+
+# %% ../nbs/04_surgery.ipynb #d8abd4a0
+def attach_surgery(
+    model,  # a Hugging Face causal LM
+    module: SurgeryModule,  # the surgery module; attaching again replaces the previous one
+):
+    "Make `model` apply `module` to its LM head's input in every forward call (generate, KV cache, left padding)."
+    _hook_surgery(model, module)
+
     # The checkpoint alone would silently lose the correction: save the module beside it, and say so
     def save_pretrained(save_directory, *a, **k):
         out = type(model).save_pretrained(model, save_directory, *a, **k)
@@ -521,15 +533,7 @@ def attach_surgery(
         save_surgery(module, beside, **getattr(module, 'meta', {}))
         return out
 
-    def extra_repr():
-        sizes = f'hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len}'
-        return f'darts_surgery={module.kind}({sizes})'
-
-    model.__dict__.update(
-        _darts_surgery=dict(module=module, handles=handles, state=state),
-        save_pretrained=save_pretrained,
-        extra_repr=extra_repr,
-    )
+    model.__dict__['save_pretrained'] = save_pretrained
     return model
 
 # %% ../nbs/04_surgery.ipynb #a7c46803
@@ -656,6 +660,19 @@ def read_surgery_config(
     "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
     return _read_saved(Path(path))[0]
 
+# %% ../nbs/04_surgery.ipynb #611ad206
+def _module_from_state(cfg: dict, sd: dict, where) -> SurgeryModule:
+    "The module `cfg` describes holding the tensors `sd` (shapes and finiteness checked; `where` names their file)."
+    module = surgery_from_config(cfg)
+    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in sd.items()}
+    if want != got:
+        raise ValueError(f"{where}: tensors {got} do not match the config's module {want}")
+    module.load_state_dict(sd)
+    check_finite(module, str(where))
+    module.meta = cfg
+    return module
+
 # %% ../nbs/04_surgery.ipynb #1ef5f8f8
 def load_surgery(
     path: str | Path,  # a folder written by `save_surgery`
@@ -677,15 +694,7 @@ def load_surgery(
         sd = load(data)
     except Exception as e:
         raise ValueError(f"{wfile}: corrupt safetensors file ({e})") from None
-    module = surgery_from_config(cfg)
-    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got:
-        raise ValueError(f"{wfile}: tensors {got} do not match the config's module {want}")
-    module.load_state_dict(sd)
-    check_finite(module, str(wfile))
-    module.meta = cfg
-    return module.to(device or 'cpu').eval()
+    return _module_from_state(cfg, sd, wfile).to(device or 'cpu').eval()
 
 # %% ../nbs/04_surgery.ipynb #b029e71c
 @patch(cls_method=True)

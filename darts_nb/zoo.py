@@ -6,6 +6,8 @@ Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
 # %% ../nbs/03_zoo.ipynb #9df22916
 from __future__ import annotations
+import hashlib
+import importlib.resources
 import json
 import math
 import random
@@ -46,11 +48,12 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
-__all__ = ['ZOO_SIZES', 'ROLES', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'PROFILE_KEYS',
-           'PROFILE_EXAMPLE', 'ZooSpec', 'zoo_spec', 'zoo_dir', 'corpus', 'train_tokenizer', 'fragment',
-           'base_documents', 'expert_documents', 'pack', 'train_lm', 'build_zoo', 'load_model', 'tensor_shapes',
-           'check_vocab', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table', 'Profile',
-           'check_profile', 'profile_refs', 'get_profile', 'main']
+__all__ = ['ZOO_SIZES', 'ROLES', 'REFERENCE_ZOOS', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS',
+           'PROFILE_KEYS', 'PROFILE_EXAMPLE', 'ZooSpec', 'zoo_spec', 'zoo_name', 'zoo_dir', 'corpus', 'train_tokenizer',
+           'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm', 'recipe_key', 'build_zoo',
+           'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference', 'shipped_sweep', 'load_model',
+           'tensor_shapes', 'check_vocab', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table',
+           'Profile', 'check_profile', 'profile_refs', 'get_profile', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -110,14 +113,29 @@ def zoo_spec(
     "The `ZooSpec` of a named size."
     return ZOO_SIZES[check_choice(size, ZOO_SIZES, 'size')]
 
+# %% ../nbs/03_zoo.ipynb #b7efcfce
+REFERENCE_ZOOS = {  # size -> sha256 of the shipped zoo's manifest (`manifest_hash`), seed 0
+    'toy': '40d4cbc29e6dcb6040293f262feabf1191f2bc777fc20f14c6560f6d8dcf8a77',
+}
+
 # %% ../nbs/03_zoo.ipynb #d42c7502
+def zoo_name(
+    size: str = 'toy',  # a name in ZOO_SIZES
+    seed: int = 0,  # the build seed
+) -> str:
+    "The name of a zoo built here from the recipe: `<size>[-s<seed>]`; the toy zoo of seed 0 rebuilt is `toy-rebuilt`."
+    zoo_spec(size)
+    if size in REFERENCE_ZOOS and seed == 0:
+        return f'{size}-rebuilt'  # the shipped zoo is `size`; one built here is another zoo
+    return size + (f'-s{seed}' if seed else '')
+
+# %% ../nbs/03_zoo.ipynb #5ca25f3d
 def zoo_dir(
     size: str = 'toy',  # a name in ZOO_SIZES
     seed: int = 0,  # the build seed
 ) -> Path:
-    "Where a zoo lives: `DARTS_HOME/zoo` for the default toy zoo, `zoo-<size>[-s<seed>]` otherwise."
-    zoo_spec(size)
-    return darts_home() / ('zoo' if (size, seed) == ('toy', 0) else f'zoo-{size}' + (f'-s{seed}' if seed else ''))
+    "Where a zoo built here from the recipe lives: `DARTS_HOME/zoo-<zoo_name>`."
+    return darts_home() / f'zoo-{zoo_name(size, seed)}'
 
 # %% ../nbs/03_zoo.ipynb #068a2023
 SPECIALS = ['<pad>', '<s>', '</s>', '<unk>']
@@ -318,18 +336,29 @@ def _is_complete(path: Path, key: str) -> bool:
         )
     return True
 
+# %% ../nbs/03_zoo.ipynb #401f218f
+def recipe_key(
+    size: str = 'toy',  # a name in ZOO_SIZES
+    seed: int = 0,  # the build seed
+) -> str:
+    "A hash of a zoo's recipe: its spec, its seed and the training data (a model's zoo.json records it)."
+    return stable_hash([asdict(zoo_spec(size)), seed, [split_hash(d, 'train') for d in DOMAINS]])
+
 # %% ../nbs/03_zoo.ipynb #da061e03
 def build_zoo(
     size: str = 'toy',  # 'toy' (default) or 'ci' (small, for tests)
     seed: int = 0,  # seed of initialisation and data order
-    force: bool = False,  # rebuild even when complete
+    force: bool = False,  # build again even when complete (a zoo built here; the shipped one is never rebuilt)
+    rebuild: bool = False,  # build the shipped zoo from its recipe here, as another zoo (`zoo_name`)
 ) -> dict[str, Path]:
-    "Build (or reuse) the zoo; returns role -> absolute checkpoint path for base and each domain."
+    "The shipped zoo (checked), or one built (or reused) here; returns role -> absolute checkpoint path."
     from transformers import AutoTokenizer, AutoModelForCausalLM
 
     spec = zoo_spec(size)
+    if size in REFERENCE_ZOOS and seed == 0 and not rebuild:
+        return check_reference(size)
     root = zoo_dir(size, seed)
-    key = stable_hash([asdict(spec), seed, [split_hash(d, 'train') for d in DOMAINS]])
+    key = recipe_key(size, seed)
     paths = {r: root / r for r in ROLES}
     if force and root.exists():
         shutil.rmtree(root)
@@ -361,6 +390,69 @@ def build_zoo(
         _save(model, tok, paths[d], meta=meta)
     write_json(root / 'build.json', dict(size=size, seed=seed, key=key, seconds=round(time.time() - t0, 1)))
     return paths
+
+# %% ../nbs/03_zoo.ipynb #ca4685b7
+def reference_dir(
+    size: str = 'toy',  # a size with a shipped zoo (REFERENCE_ZOOS)
+) -> Path:
+    "Where the shipped zoo of `size` lies: inside the installed package, `darts_nb/data/zoo-<size>`."
+    check_choice(size, REFERENCE_ZOOS, 'size')
+    return Path(str(importlib.resources.files('darts_nb'))) / 'data' / f'zoo-{size}'
+
+# %% ../nbs/03_zoo.ipynb #66ab5f74
+def zoo_manifest(
+    root: Path,  # a zoo folder holding the ROLES' model folders
+) -> dict[str, str]:
+    "relative path -> sha256 of every file in the zoo's model folders, sorted."
+    out = {}
+    for role in ROLES:
+        for f in sorted((Path(root) / role).rglob('*')):
+            if f.is_file():
+                out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+# %% ../nbs/03_zoo.ipynb #7fefb186
+def manifest_hash(
+    manifest: dict,  # relative path -> sha256 (`zoo_manifest`)
+) -> str:
+    "The sha256 of a manifest (its JSON with sorted keys): the name of a zoo's exact content."
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+# %% ../nbs/03_zoo.ipynb #ad8d2fe6
+def check_reference(
+    size: str = 'toy',  # a size with a shipped zoo
+) -> dict[str, Path]:
+    "The shipped zoo's role -> folder, after checking every file against its manifest and the manifest's hash."
+    root = reference_dir(size)
+    listed = root / 'manifest.json'
+    if not listed.is_file():
+        raise FileNotFoundError(f"{listed} is missing: the shipped {size} zoo is not installed (reinstall darts_nb)")
+    want = read_json(listed)
+    if manifest_hash(want) != REFERENCE_ZOOS[size]:
+        raise CorruptFile(f"{listed} is not the manifest of the shipped {size} zoo (sha256 {manifest_hash(want)})")
+    got = zoo_manifest(root)
+    for name in sorted(set(want) | set(got)):
+        if want.get(name) != got.get(name):
+            what = 'missing' if name not in got else 'not in the manifest' if name not in want else 'changed'
+            raise CorruptFile(f"{root / name} is {what}: the shipped {size} zoo is damaged; reinstall darts_nb")
+    paths, key = {r: root / r for r in ROLES}, recipe_key(size)
+    for r, p in paths.items():
+        if read_json(p / 'zoo.json').get('key') != key:
+            raise ValueError(
+                f"the shipped {size} zoo's {r} was built by another recipe than this code's; rebuild it "
+                f"(darts zoo --size {size} --rebuild) and ship it again (tools/ship_zoo.py)"
+            )
+    return paths
+
+# %% ../nbs/03_zoo.ipynb #5ebaae69
+def shipped_sweep(
+    profile,  # a resolved `Profile`
+) -> dict | None:
+    "What the full sweep found on a shipped zoo (its best merge per family, and what that rests on); None otherwise."
+    if profile.zoo_size not in REFERENCE_ZOOS or profile.name != profile.zoo_size:
+        return None
+    path = reference_dir(profile.zoo_size) / 'sweep.json'
+    return read_json(path) if path.is_file() else None
 
 # %% ../nbs/03_zoo.ipynb #13bf59c6
 def load_model(
@@ -684,15 +776,30 @@ def profile_refs(
     refs = {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}
     return name, refs, d.get('eval', 'paper')
 
+# %% ../nbs/03_zoo.ipynb #5de569d1
+def _zoo_of(profile) -> tuple[str, int, bool] | None:
+    "(size, seed, rebuild) of a zoo's name, or None for any other profile."
+    if not isinstance(profile, (str, Path)):
+        return None
+    m = re.fullmatch(r'([a-z]+)(?:-s([1-9][0-9]*)|-(rebuilt))?', str(profile))
+    if m is None or m.group(1) not in ZOO_SIZES or (m.group(3) and m.group(1) not in REFERENCE_ZOOS):
+        return None
+    return m.group(1), int(m.group(2) or 0), bool(m.group(3))
+
 # %% ../nbs/03_zoo.ipynb #c85a2d24
 def get_profile(
-    profile: str | dict | Path = 'toy',  # 'toy', 'ci', 'llama2-7b', a dict, or a YAML path
+    profile: str | dict | Path = 'toy',  # a zoo ('toy', 'ci', 'toy-rebuilt', 'toy-s1'), 'llama2-7b', a dict or YAML
     build: bool = True,  # build the zoo for 'toy'/'ci' if missing
 ) -> Profile:
     "Resolve a profile to local checkpoint directories (hub ids from the local cache; `hub.NotFetched` when absent)."
-    if isinstance(profile, (str, Path)) and str(profile) in ZOO_SIZES:
-        paths = build_zoo(str(profile)) if build else {r: zoo_dir(str(profile)) / r for r in ROLES}
-        return Profile(str(profile), str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=str(profile))
+    zoo = _zoo_of(profile)
+    if zoo is not None:
+        size, seed, rebuild = zoo
+        if build or (size in REFERENCE_ZOOS and seed == 0 and not rebuild):
+            paths = build_zoo(size, seed=seed, rebuild=rebuild)
+        else:
+            paths = {r: zoo_dir(size, seed) / r for r in ROLES}
+        return Profile(str(profile), str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=size)
     name, refs, ev = profile_refs(profile)
     local = resolve_models(refs, profile='<your profile YAML>' if isinstance(profile, dict) else str(profile))
     ids = {r: v for r, v in refs.items() if is_hub_id(v)}
@@ -708,7 +815,8 @@ def main(
 
     ap = argparse.ArgumentParser(prog='python -m darts_nb.zoo', description='Build the built-in model zoo.')
     ap.add_argument('--size', default='toy', choices=list(ZOO_SIZES))
-    ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--seed', type=int, default=0, help='another zoo of the same recipe (toy-s1, ...)')
+    ap.add_argument('--rebuild', action='store_true', help='build the shipped zoo from its recipe here (toy-rebuilt)')
     ap.add_argument('--table', action='store_true', help='score each model on each domain')
     ap.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
     a = ap.parse_args(argv)
@@ -717,8 +825,11 @@ def main(
         sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
     try:
         t0 = time.time()
-        paths = build_zoo(a.size, a.seed)
-        print(f'zoo {a.size} ready in {zoo_dir(a.size, a.seed)} ({time.time() - t0:.0f} s)')
+        paths = build_zoo(a.size, seed=a.seed, rebuild=a.rebuild)
+        shipped = a.size in REFERENCE_ZOOS and a.seed == 0 and not a.rebuild
+        name = a.size if shipped else zoo_name(a.size, a.seed)
+        where = f'{reference_dir(a.size)} (shipped, checked)' if shipped else zoo_dir(a.size, a.seed)
+        print(f'zoo {name} ready in {where} ({time.time() - t0:.0f} s)')
         if a.table:
             print(zoo_table(paths, a.limit).round(1).to_string())
     finally:

@@ -7,14 +7,16 @@ from darts_nb.evaluate import process_humaneval_results
 PROBLEM = dict(
     prompt='def add(a, b):\n    """Add two numbers."""\n',
     entry_point='add',
-    test='def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n    assert candidate(0.5, 0.25) == 0.75\n',
+    test='def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n'
+    '    assert candidate(0.5, 0.25) == 0.75\n',
 )
 WRONG = '    return 0\n'
 ATTACKS = {  # a wrong solution plus a way to make an in-process harness report a pass
     'marker printed': WRONG + 'print("__DARTS_PASS_"); import sys; print(sys.argv)\n',
     'marker from code objects': WRONG
     + 'import sys\nfor c in getattr(sys.modules["__main__"], "__code__", ()) or (): print(c)\n',
-    'always-equal object': '    class A:\n        def __eq__(self, o): return True\n        def __ne__(self, o): return False\n    return A()\n',
+    'always-equal object': '    class A:\n        def __eq__(self, o): return True\n'
+    '        def __ne__(self, o): return False\n    return A()\n',
     'int subclass equal to all': '    class I(int):\n        def __eq__(self, o): return True\n    return I(0)\n',
     'patched AssertionError': WRONG + 'import builtins; builtins.AssertionError = type("Quiet", (Exception,), {})\n',
     'patched isinstance and abs': WRONG
@@ -49,7 +51,8 @@ def test_right_answer_passes_and_types_survive():
     p = dict(
         prompt='def f():\n    """Plain values of every kind."""\n',
         entry_point='f',
-        test="def check(candidate):\n    v = candidate()\n    assert v == [None, True, 1, 2.5, 'x', (1, 2), {'a': {3}}, frozenset({4})]\n"
+        test="def check(candidate):\n    v = candidate()\n"
+        "    assert v == [None, True, 1, 2.5, 'x', (1, 2), {'a': {3}}, frozenset({4})]\n"
         "    assert type(v[5]) is tuple and v[1] is True\n",
     )
     assert check_completion(p, "    return [None, True, 1, 2.5, 'x', (1, 2), {'a': {3}}, frozenset({4})]\n").passed

@@ -1,4 +1,5 @@
-"The paper profile without its models: every entry point stops at once, naming the hub ids and `darts fetch`; hub ids never become paths."
+"""The paper profile without its models: every entry point stops at once, naming the hub ids and `darts fetch`;
+hub ids never become paths."""
 
 import os
 import subprocess

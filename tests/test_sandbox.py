@@ -31,7 +31,7 @@ def procs_of(uid):
             st = (d / 'status').read_text()
         except OSError:
             continue
-        f = dict(l.split(':', 1) for l in st.splitlines() if ':' in l)
+        f = dict(line.split(':', 1) for line in st.splitlines() if ':' in line)
         if int(f['Uid'].split()[0]) == uid and f['State'].split()[0] not in ('Z', 'X'):
             out.append(int(d.name))
     return out
@@ -299,7 +299,7 @@ print(ids)
 
 def test_shared_memory_does_not_outlive_the_run():
     def segments():
-        return [l.split()[:2] for l in Path('/proc/sysvipc/shm').read_text().splitlines()[1:]]
+        return [line.split()[:2] for line in Path('/proc/sysvipc/shm').read_text().splitlines()[1:]]
 
     before = segments()
     r = run_code(SHM, timeout=T)
@@ -326,7 +326,8 @@ def wait_until(cond, seconds):
 
 
 def test_program_and_its_children_die_with_its_caller():
-    "The caller SIGKILLed: nobody is left to clean up, yet the program and the daemons it started end (parent-death signal, pid namespace)."
+    """The caller SIGKILLed: nobody is left to clean up, yet the program and the daemons it started end (parent-death
+    signal, pid namespace)."""
     marker = f'{1000 + secrets.randbelow(8000)}.{secrets.randbelow(10**6)}'
     caller = subprocess.Popen([sys.executable, '-c', CALLER, marker])
     assert wait_until(lambda: len(procs_with(f'sleep {marker}')) == 2, 15), (
@@ -411,7 +412,8 @@ def test_reads_are_limited_to_the_interpreter(where):
 
 
 def test_refuses_without_a_required_layer(monkeypatch):
-    "A kernel without network namespaces (rehearsed by skipping the layer): refused, unless the caller opts in, and then it says what is missing."
+    """A kernel without network namespaces (rehearsed by skipping the layer): refused, unless the caller opts in, and
+    then it says what is missing."""
     monkeypatch.setenv('DARTS_SANDBOX_SKIP', 'netns')
     with pytest.raises(SandboxUnavailable, match=r'netns.*allow_unsafe=True.*--allow-unsafe-code'):
         run_code('x = 1', timeout=T)
@@ -432,11 +434,16 @@ sys.path.insert(0, sys.argv[1])
 from darts_nb.sandbox import run_code
 secret, marker = sys.argv[2], sys.argv[3]
 out = {}
-r = run_code('x = 1', tests='assert x == 1', timeout=5); out['layers'] = list(r.sandbox); out['ok'] = r.passed
-r = run_code(f"import subprocess\\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)", timeout=5); out['daemon'] = r.status
-r = run_code(f"print(open({secret!r}).read())", timeout=5); out['read'] = (r.status, r.stdout)
+r = run_code('x = 1', tests='assert x == 1', timeout=5)
+out['layers'] = list(r.sandbox)
+out['ok'] = r.passed
+r = run_code(f"import subprocess\\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)", timeout=5)
+out['daemon'] = r.status
+r = run_code(f"print(open({secret!r}).read())", timeout=5)
+out['read'] = (r.status, r.stdout)
 r = run_code("import os\\nn = 0\\nfor _ in range(60):\\n    try: pid = os.fork()\\n    except OSError: break\\n"
-             "    if pid == 0:\\n        import time; time.sleep(3); os._exit(0)\\n    n += 1\\nprint(n)", timeout=5, max_procs=8)
+             "    if pid == 0:\\n        import time; time.sleep(3); os._exit(0)\\n    n += 1\\nprint(n)",
+             timeout=5, max_procs=8)
 out['forks'] = r.stdout.strip()
 print(json.dumps(out))
 """
@@ -448,13 +455,15 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
         pytest.skip('switching to another uid for this test needs root')
     import darts_nb.sandbox as sbx
     import darts_nb.containment as cnt
+    import darts_nb.core as core
 
     lib = Path(tempfile.mkdtemp(prefix='darts_nobody_'))
     pkg = lib / 'darts_nb'
     pkg.mkdir()
     (pkg / '__init__.py').write_text('')
     shutil.copy(sbx.__file__, pkg)
-    shutil.copy(cnt.__file__, pkg)  # the two modules, stdlib only
+    shutil.copy(cnt.__file__, pkg)
+    shutil.copy(core.__file__, pkg)  # the three modules the sandbox imports, stdlib only at import
     for q in (lib, pkg):
         q.chmod(0o755)
     for q in pkg.iterdir():

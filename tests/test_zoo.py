@@ -116,3 +116,14 @@ def test_training_is_deterministic(tok):
     assert torch.equal(runs[0][1], runs[1][1])
     t2 = train_tokenizer(['def f(x):\n    return x + 1\n', 'Question: 1 + 2?\nAnswer: 3'] * 20, vocab_size=300)
     assert t2.get_vocab() == tok.get_vocab()
+
+
+def test_the_shipped_zoo_is_whole_and_made_by_this_recipe():
+    """The shipped toy zoo (issue 26): its manifest hashes to REFERENCE_ZOOS, every file to its entry, every model to
+    the recipe in this code; a rebuilt zoo is another, named zoo."""
+    from darts_nb.zoo import check_reference, get_profile, reference_dir, zoo_dir, REFERENCE_ZOOS
+
+    paths = check_reference('toy')
+    assert set(REFERENCE_ZOOS) == {'toy'} and paths['base'] == reference_dir('toy') / 'base'
+    assert get_profile('toy').base == str(paths['base'])
+    assert get_profile('toy-rebuilt', build=False).base == str(zoo_dir('toy') / 'base') != str(paths['base'])
