@@ -186,13 +186,15 @@ EXTRA_CSS = '''/* notebook pages read like nbdev's: no In/Out prompts, the sourc
 '''
 
 
-def mkdocs_yml(names: list[str]) -> str:
-    "The MkDocs configuration: Material, no external fonts, notebooks rendered without executing, nbdev's page names."
+def mkdocs_yml(names: list[str], site_url: str = None) -> str:
+    """The MkDocs configuration: Material, no external fonts, notebooks rendered without executing, nbdev's page names;
+    `site_url` is where GitHub Pages publishes it (canonical links, the sitemap, the 404 page's assets)."""
     import yaml
 
     nav = [{('Home' if n == 'index.ipynb' else page_name(n)): f'{page_name(n)}.ipynb'} for n in names]
     cfg = dict(
         site_name='darts_nb',
+        site_url=site_url,
         site_description='DARTS: representation surgery for merged LLMs',
         docs_dir=str(BUILD / 'src'),
         site_dir=str(SITE),
@@ -253,7 +255,7 @@ def main(argv=None) -> int:
     for n in names:
         process(n, BUILD / 'exec', src, doc_url)
     (src / 'extra.css').write_text(EXTRA_CSS)
-    (BUILD / 'mkdocs.yml').write_text(mkdocs_yml(names))
+    (BUILD / 'mkdocs.yml').write_text(mkdocs_yml(names, doc_url))
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
