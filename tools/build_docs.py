@@ -1,8 +1,11 @@
-"""Build the docs site offline, without quarto: nbdev's processing of every notebook, rendered by MkDocs Material.
+"""Build the docs site: every notebook executed, processed by nbdev, rendered by MkDocs Material (no quarto).
 
-Quarto cannot be installed on machines without internet (its PyPI package downloads the binary), so `make docs`
-builds the same site from the same notebooks with MkDocs Material and mkdocs-jupyter (pure Python, maintained,
-a theme and a notebook renderer that many projects use). Where quarto is installed, `make docs` runs nbdev-docs.
+This is the site readers open: `.github/workflows/deploy.yaml` builds it (`make docs-check`), checks it in headless
+Chromium (tools/check_site.py) and publishes exactly that _docs/ folder to GitHub Pages. Quarto cannot be installed
+on machines without internet (its PyPI package downloads the binary), and nbdev-docs does not execute the lessons, so
+the site is built from the same notebooks with MkDocs Material and mkdocs-jupyter (pure Python, maintained, a theme
+and a notebook renderer that many projects use). Where quarto is installed, `make docs` runs nbdev-docs for a local
+preview; that site is not the one published.
 
 1. **Execute** a copy of every notebook (build/docs/exec) as nbdev-test does (cells flagged slow, cuda or notest are
    skipped), saving the outputs: the pages show the lessons' tables and figures from a real run on the ci zoo
@@ -17,7 +20,9 @@ a theme and a notebook renderer that many projects use). Where quarto is install
    the home page.
 
 usage: python tools/build_docs.py [--n-workers N] [--only NAME.ipynb ...] [--no-exec]
-(--only and --no-exec are for local iteration; `make docs` builds everything)."""
+(--only and --no-exec are for local iteration; `make docs-site` builds everything. tools/check_site.py fails on a
+partial site, and on a page whose lessons were not executed from the current notebook: --no-exec where no executed
+copy exists or the notebook changed since)."""
 
 import argparse
 import importlib
@@ -46,14 +51,14 @@ def notebooks() -> list[str]:
     return yaml.safe_load((ROOT / 'nbs' / 'sidebar.yml').read_text())['website']['sidebar']['contents']
 
 
-def _execute(name: str) -> tuple:
-    "Run one copied notebook as nbdev-test does and save its outputs; (name, ok, seconds)."
+def _execute(name: str, where: Path = BUILD / 'exec') -> tuple:
+    "Run one copied notebook (in `where`) as nbdev-test does and save its outputs; (name, ok, seconds)."
     from nbdev.test import test_nb
     from nbdev.config import get_config
 
     flags = get_config().tst_flags.split()
     ok, secs = test_nb(
-        BUILD / 'exec' / name, skip_flags=flags, save=True, showerr=True, basepath=ROOT, cell_timeout=1800
+        where / name, skip_flags=flags, save=True, showerr=True, basepath=ROOT, cell_timeout=1800
     )  # a loaded machine
     return name, ok, secs
 
@@ -73,6 +78,19 @@ def execute(names: list[str], n_workers: int) -> list[str]:
     for name, ok, secs in sorted(res, key=lambda r: -r[2]):
         print(f'  {secs:6.1f} s  {name}' + ('' if ok else '  FAILED'))
     return [n for n, ok, _ in res if not ok]
+
+
+def unexecuted(names: list[str]) -> list[str]:
+    """For `--no-exec`: the notebooks of `names` that have no executed copy from an earlier build, copied as they are
+    (without outputs: the pages show code without results, and `tools/check_site.py` fails on them)."""
+    d = BUILD / 'exec'
+    d.mkdir(parents=True, exist_ok=True)
+    missing = [n for n in names if not (d / n).exists()]
+    for n in missing:
+        shutil.copy(ROOT / 'nbs' / n, d / n)
+    if missing:
+        print(f'--no-exec: {len(missing)} notebook(s) without an executed copy are rendered without outputs: {missing}')
+    return missing
 
 
 def _front(nb: dict) -> tuple[str, str]:
@@ -168,13 +186,15 @@ EXTRA_CSS = '''/* notebook pages read like nbdev's: no In/Out prompts, the sourc
 '''
 
 
-def mkdocs_yml(names: list[str]) -> str:
-    "The MkDocs configuration: Material, no external fonts, notebooks rendered without executing, nbdev's page names."
+def mkdocs_yml(names: list[str], site_url: str = None) -> str:
+    """The MkDocs configuration: Material, no external fonts, notebooks rendered without executing, nbdev's page names;
+    `site_url` is where GitHub Pages publishes it (canonical links, the sitemap, the 404 page's assets)."""
     import yaml
 
     nav = [{('Home' if n == 'index.ipynb' else page_name(n)): f'{page_name(n)}.ipynb'} for n in names]
     cfg = dict(
         site_name='darts_nb',
+        site_url=site_url,
         site_description='DARTS: representation surgery for merged LLMs',
         docs_dir=str(BUILD / 'src'),
         site_dir=str(SITE),
@@ -205,7 +225,9 @@ def main(argv=None) -> int:
         '--only', nargs='*', default=None, help='notebook file names (local iteration; the site is partial)'
     )
     ap.add_argument(
-        '--no-exec', action='store_true', help='reuse build/docs/exec from the last build (local iteration)'
+        '--no-exec',
+        action='store_true',
+        help='reuse build/docs/exec from the last build, the other notebooks without outputs (local iteration)',
     )
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -213,7 +235,9 @@ def main(argv=None) -> int:
 
     cfg = get_config()
     names = [n for n in notebooks() if a.only is None or n in a.only]
-    if not a.no_exec:
+    if a.no_exec:
+        unexecuted(names)
+    else:
         print(
             f'executing {len(names)} notebooks (DARTS_HOME={os.environ.get("DARTS_HOME", "~/.cache/darts_nb")}) ...',
             flush=True,
@@ -231,7 +255,7 @@ def main(argv=None) -> int:
     for n in names:
         process(n, BUILD / 'exec', src, doc_url)
     (src / 'extra.css').write_text(EXTRA_CSS)
-    (BUILD / 'mkdocs.yml').write_text(mkdocs_yml(names))
+    (BUILD / 'mkdocs.yml').write_text(mkdocs_yml(names, doc_url))
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 

@@ -1,11 +1,16 @@
 """Check the built docs site in a real browser: headless Chromium opens the index and every notebook's page.
 
-The site in _docs/ (from `make docs`) is served on 127.0.0.1 and each page is loaded by Chromium through
-Playwright (Debian's chromium: `apt-get install chromium`; no browser is downloaded). The check fails on
+The site in _docs/ (from `make docs-site`; the one .github/workflows/deploy.yaml publishes once this check passes)
+is served on 127.0.0.1 and each page is loaded by Chromium through Playwright (Debian's chromium:
+`apt-get install chromium`; no browser is downloaded). The check fails on
+- a notebook of nbs/sidebar.yml without its page (a partial site: `build_docs.py --only`),
+- a page whose lessons were not executed from the current notebook: a cell that nbdev-test runs and the page shows
+  (not exported, not hidden) must be on the page with an execution count and the notebook's code (a site built
+  without executing, or from stripped or stale notebooks, shows code without results),
 - a page that is missing or does not load (HTTP status, a JavaScript error),
 - an internal link whose target page is missing, or whose #anchor is not on the target page,
 - an image that did not render (not complete, or zero natural width),
-- a page with fewer rendered figures or tables than its processed notebook has outputs of that kind,
+- a page with fewer rendered outputs, figures or tables than its processed notebook has,
 - a page whose notebook documents functions (`show_doc`) without each one's heading and parameter table,
 and saves a full-page screenshot of every page in build/docs/screens/.
 
@@ -24,11 +29,78 @@ from urllib.parse import urljoin, urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / 'build' / 'docs' / 'src'  # the processed notebooks the pages were rendered from
+HIDDEN = {'export', 'exporti', 'hide', 'default_exp'}  # nbdev's `rm_export`: code cells that are not on a page
+
+
+def _code(src) -> str:
+    "A cell's code without its `#|` directives, as a page shows it."
+    src = ''.join(src) if isinstance(src, list) else src
+    return '\n'.join(line for line in src.splitlines() if not line.startswith('#|')).strip('\n')
+
+
+def _shows(o: dict) -> bool:
+    "Whether an output has something to show: text that is not blank, an error, or data."
+    if o.get('output_type') == 'stream':
+        return bool(''.join(o.get('text', '')).strip())
+    if o.get('output_type') == 'error':
+        return True
+    return any(''.join(v).strip() if isinstance(v, (str, list)) else bool(v) for v in o.get('data', {}).values())
+
+
+def lesson_errors(name: str, source: Path, page_nb: Path, skip_flags: list[str]) -> list[str]:
+    """The lessons a page shows were run on the notebook as it is: every code cell of `source` (nbs/) that nbdev-test
+    runs (not flagged with one of `skip_flags`) and nbdev shows (not exported, not hidden) is in `page_nb` (the
+    processed notebook the page was rendered from) with an execution count and the same code."""
+    from nbdev.test import nb_test_cells
+
+    page = {c.get('id'): c for c in json.loads(page_nb.read_text())['cells'] if c['cell_type'] == 'code'}
+    lessons = [c for c in nb_test_cells(source, skip_flags) if not (c.directives_ or {}).keys() & HIDDEN]
+    ran = {c.get('id'): c for c in lessons}
+    gone = [i for i in ran if i not in page]
+    idle = [i for i in ran if i in page and page[i].get('execution_count') is None]
+    stale = [
+        i
+        for i, c in ran.items()
+        if i in page and page[i].get('execution_count') is not None and _code(page[i]['source']) != _code(c.source)
+    ]
+    errs = []
+    if gone:
+        errs.append(f'{name}.html: {len(gone)} lesson cell(s) of {source.name} are not on the page: {gone[:5]}')
+    if idle:
+        errs.append(
+            f'{name}.html: {len(idle)} of {len(lessons)} lesson cell(s) were not executed, so the page shows code '
+            f'without results (built without executing {source.name}, or from a copy without outputs): {idle[:5]}'
+        )
+    if stale:
+        errs.append(
+            f'{name}.html: {len(stale)} lesson cell(s) show outputs of other code than {source.name} has now '
+            f'(built from an old execution): {stale[:5]}'
+        )
+    return errs
+
+
+def site_errors(site: Path, src: Path, nbs: Path, notebooks: list[str], skip_flags: list[str]) -> list[str]:
+    """What is wrong with the site before a browser opens it: each of `notebooks` (file names in `nbs`) has its
+    processed notebook in `src` and its page in `site`, and the page's lessons were executed (`lesson_errors`)."""
+    from build_docs import page_name
+
+    errs = []
+    for nb in notebooks:
+        name = page_name(nb)
+        if not (src / f'{name}.ipynb').exists():
+            errs.append(f'{name}.html: {nb} was not built (no {src.name}/{name}.ipynb): the site is partial')
+            continue
+        if not (site / f'{name}.html').exists():
+            errs.append(f'{name}.html is missing (its notebook was built)')
+        errs += lesson_errors(name, nbs / nb, src / f'{name}.ipynb', skip_flags)
+    return errs
 
 
 def expected(nb: Path) -> dict:
-    "What a page must show: its notebook's figures, tables and documented names."
+    """What a page must show: its notebook's outputs (code cells with something to show), figures, tables and
+    documented names."""
     cells = json.loads(nb.read_text())['cells']
+    shown = sum(1 for c in cells if c['cell_type'] == 'code' and any(_shows(o) for o in c.get('outputs', [])))
     outs = [o for c in cells if c['cell_type'] == 'code' for o in c.get('outputs', [])]
     data = [o.get('data', {}) for o in outs]
     figs = sum(1 for d in data if 'image/png' in d or 'image/svg+xml' in d or 'image/jpeg' in d)
@@ -40,7 +112,7 @@ def expected(nb: Path) -> dict:
         for n in re.findall(r'^show_doc\(([\w.]+)', ''.join(c['source']), re.M)
     ]
     return dict(
-        figures=figs, tables=tables, documented=[n.replace('.', '').lower() for n in docs]
+        outputs=shown, figures=figs, tables=tables, documented=[n.replace('.', '').lower() for n in docs]
     )  # MkDocs' heading id
 
 
@@ -59,6 +131,8 @@ def serve(site: Path) -> tuple:
 PAGE_FACTS = """() => ({
   links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+  outputs: [...document.querySelectorAll('article .jp-Cell-outputWrapper')]
+    .filter(e => e.innerText.trim() || e.querySelector('img, svg, table')).length,
   images: [...document.querySelectorAll('article img')]
     .map(i => ({src: i.src.slice(0, 80), ok: i.complete && i.naturalWidth > 0})),
   svgs: document.querySelectorAll('article .jp-OutputArea svg, article .output svg').length,
@@ -69,7 +143,7 @@ PAGE_FACTS = """() => ({
 
 def check_page(page, base: str, name: str, want: dict, screens: Path, ids_of: dict) -> list[str]:
     "Load one page, screenshot it, and list what is wrong with it."
-    errs, js = [], []
+    js = []
     page.on('pageerror', lambda e: js.append(str(e)))
     r = page.goto(urljoin(base, f'{name}.html'), wait_until='load')
     if r is None or r.status != 200:
@@ -78,8 +152,17 @@ def check_page(page, base: str, name: str, want: dict, screens: Path, ids_of: di
     f = page.evaluate(PAGE_FACTS)
     ids_of[name] = set(f['ids'])
     page.screenshot(path=str(screens / f'{name}.png'), full_page=True)
+    page.links_ = f['links']
+    return page_errors(name, want, f, js)
+
+
+def page_errors(name: str, want: dict, f: dict, js: list[str]) -> list[str]:
+    "What is wrong with a page, from what the browser found on it (`f`: PAGE_FACTS) and what it must show (`want`)."
+    errs = []
     if js:
         errs.append(f'{name}.html: JavaScript errors: {js[:3]}')
+    if f['outputs'] < want['outputs']:
+        errs.append(f'{name}.html: {f["outputs"]} cell output(s) rendered, its notebook has {want["outputs"]}')
     bad = [i['src'] for i in f['images'] if not i['ok']]
     if bad:
         errs.append(f'{name}.html: {len(bad)} image(s) did not render: {bad[:3]}')
@@ -91,7 +174,6 @@ def check_page(page, base: str, name: str, want: dict, screens: Path, ids_of: di
     for n in want['documented']:
         if n not in {h.lower() for h in f['headings']}:
             errs.append(f'{name}.html: no heading for the documented {n!r}')
-    page.links_ = f['links']
     return errs
 
 
@@ -129,8 +211,12 @@ def main(argv=None) -> int:
     if screens.exists():
         shutil.rmtree(screens)
     screens.mkdir(parents=True)
-    names = sorted(p.stem for p in SRC.glob('*.ipynb'))
-    errs = [f'{n}.html is missing (its notebook was built)' for n in names if not (site / f'{n}.html').exists()]
+    from build_docs import notebooks, page_name
+    from nbdev.config import get_config
+
+    nbs = notebooks()
+    errs = site_errors(site, SRC, ROOT / 'nbs', nbs, get_config().tst_flags.split())
+    names = [page_name(n) for n in nbs if (SRC / f'{page_name(n)}.ipynb').exists()]
     from playwright.sync_api import sync_playwright
 
     srv, base = serve(site)
@@ -155,7 +241,8 @@ def main(argv=None) -> int:
             print(f'- {e}', file=sys.stderr)
         return 1
     print(
-        f'site ok: {len(names)} pages opened in Chromium, links, images, figures and tables checked; '
+        f'site ok: {len(names)} pages opened in Chromium, lessons executed, links, images, outputs, figures and tables '
+        f'checked; '
         f'screenshots in {screens}'
     )
     return 0
