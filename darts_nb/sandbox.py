@@ -519,7 +519,7 @@ class _Remote:
         "A stand-in for the candidate's function `name`: plain-data arguments in, a plain value out."
 
         def call(*args, **kwargs):
-            return self._plain(self._ask('call', name, args, kwargs))
+            return self._plain(self._ask('call', name, args, kwargs=kwargs))
 
         call.__name__ = call.__qualname__ = name
         return call
