@@ -7,12 +7,20 @@ Docs: https://darts-nb.github.io/darts_nb/sandbox.html.md"""
 # %% ../nbs/01_sandbox.ipynb #0da42566
 from __future__ import annotations
 import os
+import sys
 import json
 import time
 import select
+import secrets
+import builtins
+import decimal
+import fractions
+import threading
 import subprocess
+import collections
+from contextlib import contextmanager
 from dataclasses import dataclass
-from .core import check_number
+from .core import check_int, check_number
 from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
 from .containment import SandboxUnavailable, sandbox_python  # noqa: F401 (re-exported)
 from .containment import sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
@@ -35,6 +43,24 @@ class CodeResult:
     uid: int | None = None  # the uid the program ran as (all its processes are killed afterwards)
     detail: str = ''  # with tests: what failed, in one line
 
+# %% ../nbs/01_sandbox.ipynb #a4488b2d
+_LIMITS = dict(memory_mb=(16, 1 << 20), max_procs=(1, 1 << 16), output_kb=(1, 1 << 20), file_mb=(1, 1 << 20))
+_LIMITS.update(scratch_mb=(1, 1 << 20), answer_mb=(1, 1 << 10))
+
+# %% ../nbs/01_sandbox.ipynb #fcb0b039
+def _check_limits(
+    timeout: float,  # wall-clock seconds: more than 0, at most a day
+    allow_unsafe: bool | None,  # True, False or None
+    **sizes,  # integer limits named in `_LIMITS`
+) -> None:
+    "Refuse a nonsense limit before anything runs: a ValueError naming the argument, the value and what was expected."
+    check_number(timeout, 'timeout', lo=0, lo_open=True)
+    check_number(timeout, 'timeout', hi=86400)
+    for k, v in sizes.items():
+        check_int(v, k, lo=_LIMITS[k][0], hi=_LIMITS[k][1])
+    if allow_unsafe is not None and type(allow_unsafe) is not bool:
+        raise ValueError(f'allow_unsafe: expected True, False or None, got {allow_unsafe!r}')
+
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
 def run_code(
     program: str,  # Python source (untrusted): a completion, possibly with its own asserts
@@ -43,25 +69,29 @@ def run_code(
     max_procs: int = 32,  # process/thread limit (RLIMIT_NPROC) for the run
     output_kb: int = 4,  # stdout/stderr kept in the result, in KiB
     file_mb: int = 16,  # largest file (and captured output) the program may write, in MiB
-    tests: str | None = None,  # trusted test code, run here against the program's names (without it: no verdict)
+    tests: str | None = None,  # trusted test code, run here as `__main__` against the program's names
     scratch_mb: int = 64,  # the scratch directory's total size, in MiB
     allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+    answer_mb: int = 4,  # with tests: the largest answer the checker reads from the program, in MiB
 ) -> CodeResult:
     "Run `program` in a fresh sandboxed interpreter; with `tests`, the checker's verdict on it."
     if not isinstance(program, str):
         raise TypeError(f'program: expected str, got {type(program).__name__}')
     if tests is not None and not isinstance(tests, str):
         raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
-    check_number(timeout, 'timeout', lo=0, lo_open=True)
-    lims = dict(
-        memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb, allow_unsafe=allow_unsafe
-    )
+    sizes = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb)
+    _check_limits(timeout, allow_unsafe, output_kb=output_kb, answer_mb=answer_mb, **sizes)
+    lims = dict(allow_unsafe=allow_unsafe, **sizes)
     if tests is not None:
 
         def check(remote):
-            exec(compile(tests, '<tests>', 'exec'), remote.namespace())
+            ns = remote.namespace()
+            ns['__name__'] = (
+                '__main__'  # the tests' own `if __name__ == '__main__':` block runs, as in `python tests.py`
+            )
+            exec(compile(tests, '<tests>', 'exec'), ns)
 
-        r = _serve_and_check(program, check, timeout, output_kb=output_kb, **lims)
+        r = _serve_and_check(program, check, timeout, output_kb=output_kb, answer_mb=answer_mb, main=True, **lims)
         return CodeResult(
             passed=r['status'] == 'passed',
             status=r['status'],
@@ -110,55 +140,123 @@ def run_code(
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
 def encode_value(
-    v,  # a plain value: None, bool, int, float, str, list, tuple, dict, set or frozenset
-    depth: int = 0,  # nesting so far
+    v,  # a plain value (see *What crosses*)
+    depth: int = 0,  # nesting so far (at most 1000)
 ):
-    "A JSON-ready form of a plain value: tuples, sets, dicts and non-finite floats tagged (TypeError for other types)."
-    if depth > 100:
-        raise ValueError('value nested more than 100 deep')
+    "A JSON-ready form of a plain value, each non-JSON type tagged (TypeError for other types, ValueError too deep)."
+    if depth > 1000:
+        raise ValueError('value nested more than 1000 deep')
     t = type(v)
-    if v is None or t in (bool, int, str):
+    if v is None or t in (bool, str):
         return v
+    if t is int:
+        return v if v.bit_length() <= 4000 else {'$i': format(v, 'x')}
     if t is float:
         return v if v == v and v not in (float('inf'), float('-inf')) else {'$f': repr(v)}
     if t is list:
         return [encode_value(x, depth + 1) for x in v]
-    if t is tuple:
-        return {'$t': [encode_value(x, depth + 1) for x in v]}
-    if t in (set, frozenset):
-        return {'$s' if t is set else '$fs': [encode_value(x, depth + 1) for x in v]}
-    if t is dict:
-        return {'$d': [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]}
+    seqs = {tuple: '$t', set: '$s', frozenset: '$fs', collections.deque: '$dq'}
+    maps = {dict: '$d', collections.OrderedDict: '$od', collections.Counter: '$cn', collections.defaultdict: '$dd'}
+    if t in seqs:
+        items = [encode_value(x, depth + 1) for x in v]
+        return {'$dq': [v.maxlen, items]} if t is collections.deque else {seqs[t]: items}
+    if t in maps:
+        items = [[encode_value(k, depth + 1), encode_value(x, depth + 1)] for k, x in v.items()]
+        if t is not collections.defaultdict:
+            return {maps[t]: items}
+        factories = (int, float, complex, str, bytes, bool, list, tuple, dict, set, frozenset)
+        f = next((c.__name__ for c in factories if v.default_factory is c), None)
+        return {'$dd': [f, items]}
+    if issubclass(t, tuple) and t.__bases__ == (tuple,) and type(getattr(t, '_fields', None)) is tuple:
+        return {'$nt': [t.__name__, [str(f) for f in t._fields], [encode_value(x, depth + 1) for x in v]]}
+    if t is complex:
+        return {'$c': [encode_value(v.real, depth + 1), encode_value(v.imag, depth + 1)]}
+    if t in (bytes, bytearray):
+        return {'$b' if t is bytes else '$ba': v.hex()}
+    if t is decimal.Decimal:
+        return {'$dec': str(v)}
+    if t is fractions.Fraction:
+        return {'$fr': [encode_value(v.numerator, depth + 1), encode_value(v.denominator, depth + 1)]}
     raise TypeError(f'unsupported type {t.__name__}')
 
 # %% ../nbs/01_sandbox.ipynb #93928e14
 def decode_value(
     o,  # parsed JSON from `encode_value`
-    depth: int = 0,  # nesting so far
+    depth: int = 0,  # nesting so far (at most 1000)
+    types: dict | None = None,  # the namedtuple classes made for this value so far (at most 64)
 ):
-    "The plain value `encode_value` encoded; builds only builtins, executes nothing (ValueError on anything else)."
-    if depth > 100:
-        raise ValueError('value nested more than 100 deep')
+    "The value `encode_value` encoded, built from standard types only; executes nothing (ValueError on anything else)."
+    if depth > 1000:
+        raise ValueError('value nested more than 1000 deep')
+    types = {} if types is None else types
     t = type(o)
     if o is None or t in (bool, int, float, str):
         return o
     if t is list:
-        return [decode_value(x, depth + 1) for x in o]
-    if t is dict and len(o) == 1:
-        ((k, v),) = o.items()
-        if k == '$f' and v in ('nan', 'inf', '-inf'):
-            return float(v)
-        if k in ('$t', '$s', '$fs', '$d') and type(v) is list:
-            items = [decode_value(x, depth + 1) for x in v]
-            if k == '$t':
-                return tuple(items)
-            if k == '$s':
-                return set(items)
-            if k == '$fs':
-                return frozenset(items)
-            if all(type(p) is list and len(p) == 2 for p in items):
-                return {a: b for a, b in items}
+        return [decode_value(x, depth + 1, types) for x in o]
+    ((k, v),) = o.items() if t is dict and len(o) == 1 else ((None, None),)
+
+    def each(xs):
+        if type(xs) is not list:
+            raise ValueError(f'not an encoded plain value: {str(o)[:80]}')
+        return [decode_value(x, depth + 1, types) for x in xs]
+
+    def pairs(xs):
+        if type(xs) is not list or not all(type(p) is list and len(p) == 2 for p in xs):
+            raise ValueError(f'not an encoded plain value: {str(o)[:80]}')
+        return dict((decode_value(a, depth + 1, types), decode_value(b, depth + 1, types)) for a, b in xs)
+
+    two = type(v) is list and len(v) == 2
+    seqs = {'$t': tuple, '$s': set, '$fs': frozenset}
+    maps = {'$d': dict, '$od': collections.OrderedDict, '$cn': collections.Counter}
+    factories = {c.__name__: c for c in (int, float, complex, str, bytes, bool, list, tuple, dict, set, frozenset)}
+    if k == '$f' and v in ('nan', 'inf', '-inf'):
+        return float(v)
+    if k == '$i' and type(v) is str:
+        return int(v, 16)
+    if k in seqs:
+        return seqs[k](each(v))
+    if k in maps:
+        return maps[k](pairs(v))
+    if k == '$dd' and two:
+        return collections.defaultdict(factories.get(v[0]), pairs(v[1]))
+    if k == '$dq' and two and (v[0] is None or (type(v[0]) is int and v[0] >= 0)):
+        return collections.deque(each(v[1]), v[0])
+    if k == '$nt' and type(v) is list and len(v) == 3 and type(v[1]) is list:
+        key = (v[0], *v[1])
+        if key not in types and len(types) >= 64:
+            raise ValueError('more than 64 namedtuple classes in one value')
+        cls = types[key] = types.get(key) or collections.namedtuple(v[0], v[1])
+        return cls(*each(v[2]))
+    if k == '$c' and two and all(type(x) in (int, float) for x in v):
+        return complex(*v)
+    if k in ('$b', '$ba') and type(v) is str:
+        return (bytes if k == '$b' else bytearray).fromhex(v)
+    if k == '$dec' and type(v) is str:
+        return decimal.Decimal(v)
+    if k == '$fr' and two and all(type(x) in (int, dict) for x in v):
+        return fractions.Fraction(*each(v))
     raise ValueError(f'not an encoded plain value: {str(o)[:80]}')
+
+# %% ../nbs/01_sandbox.ipynb #398cf171
+_DEEP = dict(users=0, old=0, lock=threading.Lock())
+
+# %% ../nbs/01_sandbox.ipynb #8a4cf3cc
+@contextmanager
+def _deep(extra: int = 10_000):  # frames added to the recursion limit
+    "Room for values nested up to the bound: the recursion limit raised while one is encoded, parsed or decoded."
+    with _DEEP['lock']:
+        if _DEEP['users'] == 0:
+            _DEEP['old'] = sys.getrecursionlimit()
+            sys.setrecursionlimit(_DEEP['old'] + extra)
+        _DEEP['users'] += 1
+    try:
+        yield
+    finally:
+        with _DEEP['lock']:
+            _DEEP['users'] -= 1
+            if _DEEP['users'] == 0:
+                sys.setrecursionlimit(_DEEP['old'])
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c03
 @dataclass
@@ -173,8 +271,8 @@ class CheckResult:
     stderr: str = ''  # the candidate's stderr, truncated
 
 # %% ../nbs/01_sandbox.ipynb #40a1df5f
-class _Outcome(Exception):
-    "A verdict decided by the candidate's side: status and detail."
+class _Outcome(BaseException):
+    "The checker's own signal, a verdict decided on the candidate's side: status and detail (not an `Exception`)."
 
     def __init__(self, status: str, detail: str):
         super().__init__(detail)
@@ -182,52 +280,146 @@ class _Outcome(Exception):
 
 # %% ../nbs/01_sandbox.ipynb #aa7561da
 class CandidateError(Exception):
-    "The candidate raised an exception (its type and message, as text)."
+    "An exception of the candidate's own class (`candidate_class` is its name), a subclass of its built-in base."
+
+    candidate_class: str = ''
+
+# %% ../nbs/01_sandbox.ipynb #e869fce2
+_MIXED = {}
+
+# %% ../nbs/01_sandbox.ipynb #f6e0887e
+def _mixed(
+    base: type,  # a built-in exception class
+) -> type:
+    "A `CandidateError` that is also a `base` (made once per base)."
+    if base is Exception:
+        return CandidateError
+    if base not in _MIXED:
+        _MIXED[base] = type('CandidateError', (CandidateError, base), {'__module__': __name__})
+    return _MIXED[base]
+
+# %% ../nbs/01_sandbox.ipynb #f33d16dd
+def _raised(
+    desc,  # the server's description: [class name, names of its built-in classes (MRO order), encoded args, text]
+) -> BaseException:
+    "The exception the checker raises for one the candidate raised: its own built-in type, or a `CandidateError`."
+    ok = type(desc) is list and len(desc) == 4 and type(desc[0]) is str and type(desc[3]) is str
+    if not ok or type(desc[1]) is not list:
+        return _Outcome('error', 'a malformed exception')
+    name, bases, args, text = desc
+    known = [getattr(builtins, b, None) for b in bases if type(b) is str]
+    known = [c for c in known if isinstance(c, type) and issubclass(c, BaseException)]
+    if not known or not issubclass(known[0], Exception):
+        return _Outcome('failed', f'the candidate raised {name[:80]}: {text}')
+    try:
+        with _deep():
+            own = decode_value(args) if known[0].__name__ == name and args is not None else [text]
+    except (TypeError, ValueError, ArithmeticError, RecursionError):
+        own = [text]
+    for c in [c for c in known if issubclass(c, Exception)]:
+        try:
+            e = c(*own) if c.__name__ == name else _mixed(c)(f'{name}: {text}')
+        except Exception:
+            continue  # a class whose constructor wants other arguments (UnicodeDecodeError): its base
+        e.candidate_class = name
+        return e
+    return _Outcome('error', 'a malformed exception')
 
 # %% ../nbs/01_sandbox.ipynb #5f798e09
 _SERVE = """
-    import os, sys, json
-    g = globals()
+    import os, sys, json, builtins, decimal, fractions, collections
     rd, wr = os.fdopen(rfd, 'rb'), os.fdopen(wfd, 'wb')
-    for line in rd:
+    g = globals() if main else {}
+    try:
+        exec(compile(src, '<program>', 'exec'), g)
+    except SystemExit as e:
+        if not main or e.code not in (None, 0):
+            raise
+
+    def deep(f, *a):
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(old + 10000)
         try:
-            op, name, args = json.loads(line)
-            if op == 'names':
-                r = {}
-                for k, v in list(g.items()):
-                    if k.startswith('__'):
-                        continue
-                    if callable(v):
-                        r[k] = 'fn'
-                        continue
-                    try:
-                        r[k] = ['v', encode_value(v)]
-                    except (TypeError, ValueError, RecursionError):
-                        pass
-                r = {'ok': r}
+            return f(*a)
+        finally:
+            sys.setrecursionlimit(old)
+
+    def text(e):
+        try:
+            return f'{type(e).__name__}: {e}'[:300]
+        except BaseException:
+            return type(e).__name__
+
+    def described(e):
+        bases = [c.__name__ for c in type(e).__mro__ if c.__module__ == 'builtins']
+        try:
+            args = deep(encode_value, list(e.args))
+            args = args if len(deep(json.dumps, args)) <= 1 << 16 else None
+        except BaseException:
+            args = None
+        return [type(e).__name__, bases, args, text(e).split(': ', 1)[-1]]
+
+    for line in rd:
+        op, name, args, kwargs, nonce = json.loads(line)
+        r = {'id': nonce}
+        if op == 'names':
+            r['ok'], room = {}, limit // 2
+            for k, v in list(g.items()):
+                if type(k) is not str or k.startswith('__'):
+                    continue
+                if callable(v):
+                    r['ok'][k] = 'fn'
+                    continue
+                try:
+                    enc = deep(encode_value, v)
+                    room -= len(deep(json.dumps, enc))
+                except BaseException:
+                    continue
+                if room >= 0:
+                    r['ok'][k] = ['v', enc]
+        else:
+            try:
+                if name not in g:
+                    raise NameError(f'name {name!r} is not defined')
+                v = g[name](*deep(decode_value, args), **deep(decode_value, kwargs))
+            except BaseException as e:
+                r['raised'] = described(e)
             else:
-                r = {'ok': encode_value(g[name](*decode_value(args)))}
-        except TypeError as e:
-            if str(e).startswith('unsupported type'):
-                r = {'unsupported': str(e)}
-            else:
-                r = {'raised': 'TypeError: ' + str(e)[:300]}
-        except BaseException as e:
-            r = {'raised': type(e).__name__ + ': ' + str(e)[:300]}
+                try:
+                    r['ok'] = deep(encode_value, v)
+                except BaseException as e:
+                    r['unsupported'] = text(e)
         for f in (sys.stdout, sys.stderr):
-            f.flush()  # what the program printed, kept when it is killed at the end
-        wr.write((json.dumps(r) + '\\n').encode())
+            try:
+                f.flush()  # what the program printed, kept when it is killed at the end
+            except BaseException:
+                pass
+        try:
+            data = deep(json.dumps, r)
+        except BaseException as e:
+            data = json.dumps({'id': nonce, 'unsupported': 'an answer JSON cannot carry: ' + text(e)})
+        if len(data) > limit:
+            over = f'an answer of {len(data)} bytes, over the limit of {limit}'
+            data = json.dumps({'id': nonce, 'unsupported': over})
+        wr.write(data.encode() + b'\\n')
         wr.flush()
 """
 
 # %% ../nbs/01_sandbox.ipynb #cae98a86
-def _server(rfd: int, wfd: int) -> str:
-    "Source appended to the candidate's program: serve calls on the pipes (its helpers kept out of its names)."
+def _server(
+    rfd: int,  # the request pipe's read end, as the sandboxed program inherits it
+    wfd: int,  # the answer pipe's write end
+    program: str = '',  # the candidate's program (untrusted)
+    main: bool = False,  # run it as the `__main__` module (`run_code`) or in a fresh namespace (`check_completion`)
+    limit: int = 4 << 20,  # the largest answer in bytes
+) -> str:
+    "Source of the sandboxed interpreter: the program run inside a server of calls (its helpers out of its names)."
     import inspect
     import textwrap
 
     helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
-    return f'\n\ndef __darts_serve(rfd, wfd):\n{helpers}{_SERVE}\n__darts_serve({rfd}, {wfd})\n'
+    call = f'__darts_serve({rfd}, {wfd}, {program!r}, {main}, {limit})'
+    return f'def __darts_serve(rfd, wfd, src, main, limit):\n{helpers}{_SERVE}\n{call}\n'
 
 # %% ../nbs/01_sandbox.ipynb #b030ed4c
 _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
@@ -236,63 +428,98 @@ _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
 class _Remote:
     "The candidate's names as the checker sees them: calls go to the sandbox, answers come back as plain data."
 
-    def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 64 << 20):
-        self.wfd, self.rfd, self.deadline, self.limit, self.calls, self.buf = wfd, rfd, deadline, limit, 0, b''
+    def __init__(self, wfd: int, rfd: int, deadline: float, limit: int = 4 << 20):
+        self.wfd, self.rfd, self.deadline, self.limit = wfd, rfd, deadline, limit
+        self.calls, self.buf, self.seen, self.outcome = 0, bytearray(), 0, None
+        os.set_blocking(wfd, False)
+
+    def _fail(self, status: str, detail: str) -> _Outcome:
+        "The run's outcome: the first one decides the verdict, and every later request raises it again."
+        if self.outcome is None:
+            self.outcome = (status, detail)
+        return _Outcome(*self.outcome)
+
+    def _wait(self, fd: int, write: bool) -> bool:
+        "Whether `fd` is ready before the deadline (an `_Outcome` of 'timeout' once it has passed)."
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self._fail('timeout', f'no answer within the time limit (call {self.calls + 1})')
+        # read, write and error lists and the timeout: select takes them by position only
+        watch = ([], [fd], [], left) if write else ([fd], [], [], left)
+        return bool(select.select(*watch)[0 if not write else 1])
+
+    def _send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if not self._wait(self.wfd, write=True):
+                continue
+            try:
+                view = view[os.write(self.wfd, view) :]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise self._fail('error', f'the candidate exited before call {self.calls + 1}') from None
 
     def _line(self) -> bytes:
-        while b'\n' not in self.buf:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise _Outcome('timeout', f'no answer within the time limit (call {self.calls + 1})')
-            # read, write and error lists and the timeout: select takes them by position only
-            watch = ([self.rfd], [], [], left)
-            if not select.select(*watch)[0]:
+        while True:
+            i = self.buf.find(b'\n', self.seen)
+            if 0 <= i <= self.limit:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 1]
+                self.seen = 0
+                return line
+            if i > self.limit or len(self.buf) > self.limit:
+                raise self._fail('unsupported', f'an answer over the limit of {self.limit} bytes (answer_mb)')
+            self.seen = len(self.buf)
+            if not self._wait(self.rfd, write=False):
                 continue
             chunk = os.read(self.rfd, 1 << 16)
             if not chunk:
-                raise _Outcome('error', f'the candidate exited before answering call {self.calls + 1}')
+                raise self._fail('error', f'the candidate exited before answering call {self.calls + 1}')
             self.buf += chunk
-            if len(self.buf) > self.limit:
-                raise _Outcome('unsupported', 'an answer over the size limit')
-        line, self.buf = self.buf.split(b'\n', 1)
-        return line
 
-    def _ask(self, op: str, name: str = '', args=None):
-        "One request and its answer's plain payload (raises `_Outcome` or `CandidateError`)."
+    def _ask(self, op: str, name: str = '', args=(), kwargs=None):
+        "One request and its answer's plain payload (raises `_Outcome` or the exception the candidate raised)."
+        if self.outcome is not None:
+            raise _Outcome(*self.outcome)
+        nonce = secrets.token_hex(8)
         try:
-            req = json.dumps([op, name, encode_value(list(args or []))]) + '\n'
-        except (TypeError, ValueError) as e:
-            raise _Outcome('unsupported', f'an argument: {e}') from None
+            with _deep():
+                req = json.dumps([op, name, encode_value(list(args)), encode_value(dict(kwargs or {})), nonce])
+        except (TypeError, ValueError, RecursionError) as e:
+            raise self._fail('unsupported', f'an argument: {e}') from None
+        self._send(req.encode() + b'\n')
         try:
-            os.write(self.wfd, req.encode())
-        except BrokenPipeError:
-            raise _Outcome('error', f'the candidate exited before call {self.calls + 1}') from None
-        try:
-            msg = json.loads(self._line())
-        except (ValueError, RecursionError):
-            raise _Outcome('error', 'an answer that is not JSON') from None
+            with _deep():
+                msg = json.loads(self._line())
+        except RecursionError:
+            raise self._fail('unsupported', 'an answer nested too deep') from None
+        except ValueError:
+            raise self._fail('error', 'an answer that is not JSON') from None
         self.calls += 1
-        if type(msg) is not dict or len(msg) != 1:
-            raise _Outcome('error', 'a malformed answer')
+        if type(msg) is not dict or len(msg) != 2 or msg.get('id') != nonce:
+            raise self._fail('error', 'an answer that is not the answer to this request (forged or malformed)')
         if 'ok' in msg:
             return msg['ok']
         if 'unsupported' in msg:
-            raise _Outcome('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
-        raise CandidateError(str(msg.get('raised', ''))[:300])
+            raise self._fail('unsupported', f"the result: {str(msg['unsupported'])[:200]}")
+        e = _raised(msg.get('raised'))
+        if isinstance(e, _Outcome):
+            raise self._fail(e.status, str(e))
+        raise e
 
     def _plain(self, o):
         try:
-            return decode_value(o)
-        except (TypeError, ValueError, RecursionError) as e:
-            raise _Outcome('unsupported', f'the result: {e}') from None
+            with _deep():
+                return decode_value(o)
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as e:
+            raise self._fail('unsupported', f'the result: {e}') from None
 
     def function(self, name: str):
-        "A stand-in for the candidate's function `name`: positional plain-data arguments in, a plain value out."
+        "A stand-in for the candidate's function `name`: plain-data arguments in, a plain value out."
 
         def call(*args, **kwargs):
-            if kwargs:
-                raise _Outcome('unsupported', 'keyword arguments')
-            return self._plain(self._ask('call', name, args))
+            return self._plain(self._ask('call', name, args, kwargs=kwargs))
 
         call.__name__ = call.__qualname__ = name
         return call
@@ -301,7 +528,7 @@ class _Remote:
         "The candidate's top-level names after its run: functions as stand-ins, plain values as copies (no others)."
         names = self._ask('names')
         if type(names) is not dict:
-            raise _Outcome('error', 'a malformed list of names')
+            raise self._fail('error', 'a malformed list of names')
         ns = {}
         for k, v in names.items():
             if not isinstance(k, str) or k in _BUILTIN_NAMES:
@@ -311,33 +538,63 @@ class _Remote:
             elif type(v) is list and len(v) == 2 and v[0] == 'v':
                 ns[k] = self._plain(v[1])
             else:
-                raise _Outcome('error', f'a malformed entry for {k[:40]!r}')
+                raise self._fail('error', f'a malformed entry for {k[:40]!r}')
         return ns
 
+# %% ../nbs/01_sandbox.ipynb #1cd1cf16
+def _verdict(
+    check,  # the trusted test: check(remote) raises when the candidate is wrong
+    remote: _Remote,  # the candidate's side
+) -> tuple:
+    "(status, detail) of running `check(remote)`: the run's first outcome, else how `check` ended."
+    try:
+        check(remote)
+        status, detail = 'passed', ''
+    except KeyboardInterrupt:
+        raise
+    except _Outcome as e:
+        status, detail = e.status, str(e)
+    except SystemExit as e:
+        status, detail = 'failed', f'the tests called sys.exit({e.code!r})'[:300]
+    except BaseException as e:
+        who = getattr(e, 'candidate_class', '')
+        if who:
+            detail = f'the candidate raised {who}: {e}'
+        elif isinstance(e, AssertionError):
+            detail = f'an assertion failed {e}'.strip()
+        else:
+            detail = f'{type(e).__name__}: {e}'
+        status, detail = 'failed', detail[:300]
+    return remote.outcome if remote.outcome is not None else (status, detail)
+
 # %% ../nbs/01_sandbox.ipynb #b7c10c04
-def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **lims) -> dict:
-    "Run `program` plus the call server in the sandbox and `check(remote)` here: the verdict is `check`'s."
+def _serve_and_check(
+    program: str,  # the candidate's program (untrusted)
+    check,  # check(remote): the trusted tests
+    timeout: float,  # wall-clock seconds for the whole check
+    output_kb: int = 4,  # stdout/stderr kept, in KiB
+    answer_mb: int = 4,  # the largest answer read, in MiB
+    main: bool = False,  # run the program as `__main__` (`run_code`) or as HumanEval's harness does
+    **lims,  # the sandbox's limits
+) -> dict:
+    "Run `program` inside the call server in the sandbox and `check(remote)` here: the verdict is `check`'s."
     req_r, req_w = os.pipe()
     ans_r, ans_w = os.pipe()
     t0 = time.monotonic()
     remote = None
-    status, detail = 'passed', ''
+    src = _server(req_r, ans_w, program=program, main=main, limit=answer_mb << 20)
     try:
-        with _sandboxed(program + _server(req_r, ans_w), timeout, pass_fds=(req_r, ans_w), **lims) as (p, box):
+        with _sandboxed(src, timeout, pass_fds=(req_r, ans_w), **lims) as (p, box):
             os.close(req_r)
             os.close(ans_w)
             req_r = ans_w = None
-            remote = _Remote(req_w, ans_r, t0 + timeout)
-            try:
-                check(remote)
-            except _Outcome as e:
-                status, detail = e.status, str(e)
-            except CandidateError as e:
-                status, detail = 'failed', f'the candidate raised {e}'
-            except AssertionError as e:
-                status, detail = 'failed', f'an assertion failed {e}'.strip()
-            except Exception as e:
-                status, detail = 'failed', f'{type(e).__name__}: {e}'[:300]
+            remote = _Remote(req_w, ans_r, t0 + timeout, limit=answer_mb << 20)
+            status, detail = _verdict(check, remote)
+            if 'exited before' in detail:
+                try:
+                    p.wait(timeout=1)  # the exit status of a program that just ended
+                except subprocess.TimeoutExpired:
+                    pass
             rc = p.poll()
             _kill(p)
             out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
@@ -350,6 +607,9 @@ def _serve_and_check(program: str, check, timeout: float, output_kb: int = 4, **
                 except OSError:
                     pass
     _refused(err)
+    if 'exited before' in detail and rc is not None:
+        last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
+        detail = f'{detail} (exit status {rc}: {last[0][:200]})'
     return dict(
         status=status,
         detail=detail,
@@ -372,14 +632,18 @@ def check_completion(
     file_mb: int = 16,  # the candidate's largest file, in MiB
     scratch_mb: int = 64,  # the candidate's scratch directory, in MiB
     allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
+    answer_mb: int = 4,  # the largest answer the checker reads from the candidate, in MiB
 ) -> CheckResult:
     "The checker's verdict on `completion`: the problem's tests run here, the completion in the sandbox answers calls."
+    if not isinstance(problem, dict):
+        raise TypeError(f'problem: expected a dict, got {type(problem).__name__}')
     for k in ('prompt', 'test', 'entry_point'):
         if not isinstance(problem.get(k), str):
             raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
     if not isinstance(completion, str):
         raise TypeError(f'completion: expected str, got {type(completion).__name__}')
-    check_number(timeout, 'timeout', lo=0, lo_open=True)
+    sizes = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb)
+    _check_limits(timeout, allow_unsafe, answer_mb=answer_mb, **sizes)
 
     def check(remote):
         ns = {}
@@ -389,14 +653,7 @@ def check_completion(
         ns['check'](ns[problem['entry_point']])
 
     r = _serve_and_check(
-        problem['prompt'] + completion,
-        check,
-        timeout,
-        memory_mb=memory_mb,
-        max_procs=max_procs,
-        file_mb=file_mb,
-        scratch_mb=scratch_mb,
-        allow_unsafe=allow_unsafe,
+        problem['prompt'] + completion, check, timeout, answer_mb=answer_mb, allow_unsafe=allow_unsafe, **sizes
     )
     return CheckResult(
         passed=r['status'] == 'passed',

@@ -495,3 +495,73 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
     assert out['daemon'] == 'exited' and procs_with(f'sleep {marker}') == []
     assert out['read'][0] != 'exited' and 'secret-' not in out['read'][1], out['read']
     assert int(out['forks']) < 8, out['forks']
+
+
+# Issue 29: run_code's tests run as __main__, a sys.exit in them is a verdict, every limit is checked.
+
+MAIN_TESTS = 'def test():\n    assert inc(1) == 2\n\n\nif __name__ == "__main__":\n    test()\n'
+
+
+def test_tests_under_a_main_guard_run():
+    "Tests written as a script (`if __name__ == '__main__': test()`) run, as with `python tests.py`."
+    assert not run_code(WRONG, tests=MAIN_TESTS, timeout=T).passed
+    assert run_code('def inc(x): return x + 1\n', tests=MAIN_TESTS, timeout=T).passed
+
+
+@pytest.mark.parametrize(
+    'main,passed,detail',
+    [
+        ('    assert inc(1) == 3\n', False, 'AssertionError'),  # its own check fails, as `python program.py` would
+        ('    import sys\n    sys.exit(2)\n', False, 'exit status 2'),
+        ('    raise SystemExit("usage: program N")\n', False, 'usage: program N'),
+        ('    import sys\n    print(inc(1))\n    sys.exit(0)\n', True, ''),  # a success: the tests then judge it
+    ],
+)
+def test_the_programs_main_block_runs_as_with_python_program_py(main, passed, detail):
+    r = run_code(
+        'def inc(x): return x + 1\n\n\nif __name__ == "__main__":\n' + main, tests='assert inc(1) == 2', timeout=T
+    )
+    assert r.passed is passed and detail in r.detail, r
+
+
+@pytest.mark.parametrize('code', [0, 1, None])
+def test_sys_exit_in_the_tests_is_a_verdict(code):
+    "A `sys.exit` in trusted tests is a failed verdict, never a SystemExit in the caller (it would end an eval run)."
+    r = run_code('def inc(x): return x + 1\n', tests=f'import sys\nassert inc(1) == 2\nsys.exit({code})', timeout=T)
+    assert (r.passed, r.status) == (False, 'failed') and 'sys.exit' in r.detail, r
+
+
+BAD_LIMITS = [
+    (dict(memory_mb=-1), 'memory_mb: expected an integer in [16, 1048576], got -1'),  # -1 was RLIM_INFINITY
+    (dict(memory_mb=0), 'memory_mb: expected an integer in [16, 1048576], got 0'),
+    (dict(memory_mb=True), 'memory_mb: expected an integer in [16, 1048576], got True'),
+    (dict(memory_mb=1.5), 'memory_mb: expected an integer in [16, 1048576], got 1.5'),
+    (dict(timeout=float('inf')), 'timeout: expected a finite number > 0, got inf'),
+    (dict(timeout=float('nan')), 'timeout: expected a finite number > 0, got nan'),
+    (dict(timeout=-1), 'timeout: expected a finite number > 0, got -1'),
+    (dict(timeout=True), 'timeout: expected a finite number > 0, got True'),
+    (dict(timeout=1e12), 'timeout: expected a finite number <= 86400, got 1000000000000.0'),
+    (dict(output_kb=-1), 'output_kb: expected an integer in [1, 1048576], got -1'),
+    (dict(output_kb=0), 'output_kb: expected an integer in [1, 1048576], got 0'),
+    (dict(max_procs=-1), 'max_procs: expected an integer in [1, 65536], got -1'),
+    (dict(file_mb=-1), 'file_mb: expected an integer in [1, 1048576], got -1'),
+    (dict(scratch_mb=-1), 'scratch_mb: expected an integer in [1, 1048576], got -1'),
+    (dict(answer_mb=0), 'answer_mb: expected an integer in [1, 1024], got 0'),
+    (dict(allow_unsafe='no'), "allow_unsafe: expected True, False or None, got 'no'"),
+]
+
+
+@pytest.mark.parametrize('kw,msg', BAD_LIMITS, ids=[str(kw) for kw, _ in BAD_LIMITS])
+def test_nonsense_limits_are_refused_before_a_run(kw, msg):
+    "Each limit is checked, with and without tests and in check_completion: a clear error, nothing started."
+    from darts_nb.sandbox import check_completion
+
+    if 'output_kb' not in kw:  # check_completion keeps no output
+        prob = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
+        with pytest.raises(ValueError) as e:
+            check_completion(prob, '    return 1\n', **kw)
+        assert str(e.value) == msg
+    for tests in (None, 'assert x == 1'):
+        with pytest.raises(ValueError) as e:
+            run_code('x = 1', tests=tests, **kw)
+        assert str(e.value) == msg
