@@ -1040,43 +1040,51 @@ def test_a_config_over_its_bound_is_not_read(tmp_path):
     assert str(p / CONFIG) in str(e.value)
 
 
-NOT_FILES = [  # (case, what to put at the name, error text); each run in a child: before the fix it hangs or explodes
+NOT_FILES = [  # (case, the file, what to put at its name, error text)
     ('weights: a link to /dev/zero', WEIGHTS, 'zero', 'got a character device'),
     ('weights: a FIFO', WEIGHTS, 'fifo', 'got a FIFO'),
     ('config: a FIFO', CONFIG, 'fifo', 'got a FIFO'),
     ('config: a link to /dev/zero', CONFIG, 'zero', 'got a character device'),
-    ('weights: a folder', WEIGHTS, 'folder', 'got a folder'),
 ]
 
 LOAD_IN_CHILD = textwrap.dedent('''
     import json, resource, sys
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # an endless read fails here, not on the machine
     from darts_nb.surgery import load_surgery
-    try:
-        load_surgery(sys.argv[1])
-        print(json.dumps(['loaded', '']))
-    except BaseException as e:
-        print(json.dumps([type(e).__name__, str(e)]))
+    for p in sys.argv[1:]:
+        try:
+            load_surgery(p)
+            print(json.dumps(['loaded', '']), flush=True)
+        except BaseException as e:
+            print(json.dumps([type(e).__name__, str(e)]), flush=True)
 ''')
 
 
-@pytest.mark.parametrize('case,name,what,text', NOT_FILES, ids=[c[0] for c in NOT_FILES])
-def test_files_that_are_not_regular_files_are_refused_not_read(tmp_path, case, name, what, text):
-    "A FIFO would hang the loader, /dev/zero be read without end: both are refused at once, in a child process."
-    p = save_surgery(filled(1.0), tmp_path / 'm')
-    (p / name).unlink()
-    if what == 'zero':
-        os.symlink('/dev/zero', p / name)
-    elif what == 'fifo':
-        os.mkfifo(p / name)
-    else:
-        (p / name).mkdir()
+def test_files_that_are_not_regular_files_are_refused_not_read(tmp_path):
+    "A FIFO would hang the loader, /dev/zero be read without end: each is refused at once (one child process)."
+    folders = []
+    for i, (case, name, what, text) in enumerate(NOT_FILES):
+        p = save_surgery(filled(1.0), tmp_path / f'm{i}')
+        (p / name).unlink()
+        os.symlink('/dev/zero', p / name) if what == 'zero' else os.mkfifo(p / name)
+        folders.append(str(p))
     try:  # the timeout only stops a hung child (the bug); nothing here measures time
-        r = subprocess.run([sys.executable, '-c', LOAD_IN_CHILD, str(p)], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f'{case}: the loader hung')
-    got = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else ['crashed', r.stderr[-500:]]
-    assert got[0] == 'ValueError' and str(p / name) in got[1] and text in got[1], got
+        r = subprocess.run([sys.executable, '-c', LOAD_IN_CHILD, *folders], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as e:
+        done = len((e.stdout or b'').splitlines())
+        pytest.fail(f'the loader hung: {NOT_FILES[done][0]} (case {done + 1} of {len(folders)})')
+    got = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert len(got) == len(NOT_FILES), r.stderr[-2000:]
+    for (case, name, what, text), p, (exc, msg) in zip(NOT_FILES, folders, got):
+        assert exc == 'ValueError' and f'{p}/{name}' in msg and text in msg, (case, exc, msg)
+
+
+def test_a_folder_where_a_file_should_be_is_refused(tmp_path):
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    (p / WEIGHTS).unlink()
+    (p / WEIGHTS).mkdir()
+    with pytest.raises(ValueError, match=f'{p / WEIGHTS}: expected a regular file, got a folder'):
+        load_surgery(p)
 
 
 def set_keys(**kw):
