@@ -13,6 +13,7 @@ import hashlib
 import json
 import secrets
 import shutil
+import stat
 import ctypes
 import time
 from contextlib import contextmanager
@@ -334,22 +335,43 @@ def write_json(
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 # %% ../nbs/00_core.ipynb #5b0c1a31
+def _refuse_foreign(
+    path: Path,  # the folder a save would replace
+    own: set | frozenset,  # the names the saved thing writes: the only files it may replace
+    what: str,  # what is saved, for messages
+) -> None:
+    "Nothing, or the error saying why `path` may not be replaced: a link, a file, or files the save did not write."
+    if path.is_symlink():
+        raise FileExistsError(
+            f"path={str(path)!r}: is a symbolic link (to {os.readlink(path)!r}); refusing to replace it with a "
+            f"folder (the link would be lost): save the {what} to the folder it points to, or remove the link"
+        )
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
+    foreign = []
+    for name in sorted(os.listdir(path)) if path.is_dir() else []:
+        try:
+            regular = stat.S_ISREG(os.lstat(path / name).st_mode)
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        if name not in own or not regular:  # a folder or a link under an own name is not the thing's own file
+            foreign.append(name)
+    if foreign:
+        raise FileExistsError(
+            f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
+            f"refusing to replace it (that would delete them): save the {what} into a folder of its own"
+        )
+
+# %% ../nbs/00_core.ipynb #7630cb5b
 def save_dir(
-    path: str | Path,  # the folder to write
+    path: str | Path,  # the folder to write (not a symbolic link: a link is never replaced)
     files: dict,  # file name -> content: bytes, str, or a function that writes the file at the path it is given
     own: set | frozenset,  # names an existing `path` may hold (the saved thing's own files): it is replaced only then
     what: str,  # what is saved, for messages ('surgery module')
 ) -> Path:
     "Write `files` as folder `path`, atomically; an existing folder with files not in `own` is refused, never replaced."
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
-    foreign = sorted(set(os.listdir(path)) - set(own)) if path.is_dir() else []
-    if foreign:
-        raise FileExistsError(
-            f"path={str(path)!r}: holds {foreign[:6]} besides a {what}'s own files {sorted(own)}; "
-            f"refusing to replace it (that would delete them): save the {what} into a folder of its own"
-        )
+    _refuse_foreign(path, own, what)
     with atomic_path(path) as tmp:  # another writer's folder arriving meanwhile is exchanged with (atomic_path)
         tmp.mkdir()
         for name, data in files.items():
@@ -360,27 +382,65 @@ def save_dir(
     return path
 
 # %% ../nbs/00_core.ipynb #8a3bcc2c
-def _read_at(dir_fd: int, name: str) -> bytes | None:
-    "The bytes of file `name` in the folder open as `dir_fd`, or None when it is absent."
+def _open_at(
+    dir_fd: int | None,  # the folder the name is relative to (None: the current one, or an absolute name)
+    name: str,  # the file's name
+    where: str | None = None,  # the file, for messages (default: `name`)
+):
+    "File `name` open for reading (binary), or None when it is absent; a ValueError when it is not a regular file."
     try:
-        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+        # O_NONBLOCK: opening a FIFO returns at once (it is refused below) instead of waiting for a writer
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, 'rb') as f:
-        return f.read()
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kinds = {stat.S_ISDIR: 'a folder', stat.S_ISFIFO: 'a FIFO', stat.S_ISCHR: 'a character device'}
+        got = next((v for k, v in kinds.items() if k(mode)), 'a special file')
+        raise ValueError(f"{where or name}: expected a regular file, got {got}; refusing to read it")
+    return os.fdopen(fd, 'rb')
+
+# %% ../nbs/00_core.ipynb #f6d5ace2
+def _read_at(
+    dir_fd: int | None,  # the folder the name is relative to (None: the current one, or an absolute name)
+    name: str,  # the file's name
+    limit: int | None = None,  # the most bytes the file may have (None: no bound)
+    where: str | None = None,  # the file, for messages (default: `name`)
+) -> bytes | None:
+    "The bytes of regular file `name`, or None when it is absent; a ValueError when it is longer than `limit`."
+    f = _open_at(dir_fd, name, where)
+    if f is None:
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if limit is not None and size > limit:
+            raise ValueError(f"{where or name}: {size} bytes, more than the {limit} it may have; refusing to read it")
+        data = f.read(size + 1) if limit is not None else f.read()  # one more byte: a file that grew is noticed
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{where or name}: more than the {limit} bytes it may have; refusing to read it")
+    return data
 
 # %% ../nbs/00_core.ipynb #d3fd0d24
 def read_dir(
     path: str | Path,  # a folder written by `save_dir`
     names,  # the file names wanted
     tries: int = 50,  # attempts while the folder is being replaced
+    limits: dict | None = None,  # file name -> the most bytes it may have (absent: no bound)
+    handles=(),  # names to return open (binary) instead of read: the caller reads and closes them
 ) -> dict:
     "The bytes of each of `names` in folder `path` (None: absent), all from one version of it, even mid-save."
+    limits = limits or {}
     for _ in range(tries):
+        out = {}
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # absent for an instant where renameat2 is missing
             try:
-                out = {n: _read_at(fd, n) for n in names}
+                for n in names:
+                    where = os.path.join(str(path), n)
+                    out[n] = (
+                        _open_at(fd, n, where) if n in handles else _read_at(fd, n, limit=limits.get(n), where=where)
+                    )
                 # a file is absent: really, or is this version being removed?
                 now, mine = os.stat(path), os.fstat(fd)
                 if all(v is not None for v in out.values()) or (
@@ -391,6 +451,14 @@ def read_dir(
                 os.close(fd)
         except FileNotFoundError:
             pass
+        except BaseException:
+            for n in handles:
+                if out.get(n) is not None:
+                    out[n].close()
+            raise
+        for n in handles:  # another try: the handles of this one are closed
+            if out.get(n) is not None:
+                out[n].close()
         time.sleep(0.01)
     raise FileNotFoundError(f"path={str(path)!r}: no folder here (or it kept being replaced during {tries} attempts)")
 

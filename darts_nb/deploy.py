@@ -10,20 +10,23 @@ import ast
 import importlib.util
 import inspect
 import json
+import os
 import shutil
+import stat
 import sys
 import transformers
 from pathlib import Path
 import torch
 from transformers.modeling_utils import load_state_dict
 from transformers.utils import cached_file
-from .core import atomic_path
+from .core import atomic_path, _open_at, _read_at
 from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of, save_surgery
 from .surgery import SURGERY_KINDS, CONFIG, WEIGHTS, CARD, read_surgery_config, _parse_config
-from .surgery import _hook_surgery, _module_from_state
+from .surgery import _hook_surgery, _module_from_state, _read_weights, _yaml_scalar, _md
+from .surgery import MAX_CONFIG_BYTES
 
 # %% auto #0
-__all__ = ['add_surgery', 'set_surgery', 'active_surgery', 'modeling_source', 'corrected_card', 'export_corrected']
+__all__ = ['EXPORT_LIST', 'add_surgery', 'set_surgery', 'active_surgery', 'modeling_source', 'corrected_card', 'export_corrected']
 
 # %% ../nbs/04a_deploy.ipynb #e4a0d005
 def add_surgery(
@@ -73,8 +76,10 @@ def _built_in_module(path_or_id, kwargs: dict) -> tuple[SurgeryModule, dict]:
         f: Path(cached_file(str(path_or_id), f, subfolder=sub, **{k: kwargs[k] for k in hub if k in kwargs}))
         for f in (CONFIG, WEIGHTS)
     }
-    cfg = _parse_config(got[CONFIG].read_bytes(), got[CONFIG])
-    module = _module_from_state(cfg, load_state_dict(str(got[WEIGHTS])), got[WEIGHTS])
+    # read as surgery.load_surgery reads: regular files only, a bounded config, weights checked before they are read
+    cfg = _parse_config(_read_at(None, str(got[CONFIG]), MAX_CONFIG_BYTES), got[CONFIG])
+    with _open_at(None, str(got[WEIGHTS])) as f:
+        module = _module_from_state(cfg, _read_weights(f, cfg, got[WEIGHTS]), got[WEIGHTS])
     if (got[CONFIG].parent / CARD).is_file():
         got[CARD] = got[CONFIG].parent / CARD
     return module.eval(), got
@@ -132,8 +137,11 @@ def _top_level(modname: str) -> dict:
     "Each top-level name in `modname`'s source: ('code', first, last, text), ('import', line), ('link', mod, name)."
     mod = importlib.import_module(modname)
     src = inspect.getsource(mod)
-    lines, out = src.splitlines(keepends=True), {}
-    for node in ast.parse(src).body:
+    lines, out, nodes = src.splitlines(keepends=True), {}, []
+    for node in ast.parse(src).body:  # the imports of an `if TYPE_CHECKING:` block (annotations) count as imports
+        checking = isinstance(node, ast.If) and ast.unparse(node.test) in ('TYPE_CHECKING', 'typing.TYPE_CHECKING')
+        nodes += node.body if checking else [node]
+    for node in nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             own = isinstance(node, ast.ImportFrom) and (node.level or (node.module or '').split('.')[0] == 'darts_nb')
             if own:
@@ -243,22 +251,25 @@ def corrected_card(
 ) -> str:
     "The exported checkpoint's model card (README.md): what its module corrects, and how to load it with transformers."
 
-    def g(k):
-        return cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
+    def g(k):  # a field as one line of markdown (surgery._md): a value, never structure
+        return _md(cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded')
 
     kind = cfg.get('kind')
     doc = (SURGERY_KINDS[kind].__doc__ or '').strip().rstrip('.') if kind in SURGERY_KINDS else ''
-    name = f"`{cfg['merged_model']}`" if cfg.get('merged_model') else 'A merged model'
-    base = f"base_model: {cfg['merged_model']}\n" if cfg.get('merged_model') else ''
-    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
+    name = f"`{_md(cfg['merged_model'])}`" if cfg.get('merged_model') else 'A merged model'
+    base = f"base_model: {_yaml_scalar(cfg['merged_model'])}\n" if cfg.get('merged_model') else ''
+    scores = cfg.get('scores') or {'(none recorded)': ''}
+    if not isinstance(scores, dict):
+        raise ValueError(f"cfg: scores: expected a dict of score name -> value, got {scores!r}")
+    rows = ''.join(f'| {_md(k, cell=True)} | {_md(v, cell=True)} |\n' for k, v in scores.items())
     tok = "tokenizer = AutoTokenizer.from_pretrained('<folder or repo id>')\n" if tokenizer else ''
     return (
         f"---\nlibrary_name: transformers\ntags: [darts, model-merging, custom_code]\n{base}"
         f"---\n# {name} with its DARTS module for {g('domain')} built in\n\n"
         f"{name} ({arch}, merge config {g('merge_config_hash')}) with a DARTS surgery module applied to its final "
         f"hidden state, the LM head's input: it corrects the merged model's representation towards the expert "
-        f"`{g('expert')}` on `{g('domain')}`. Module: {kind} ({doc}), hidden size {cfg.get('hidden_size')}, "
-        f"rank {cfg.get('rank')}, positions {cfg.get('max_len')}; calibrated with the `{g('loss')}` loss, seed "
+        f"`{g('expert')}` on `{g('domain')}`. Module: {_md(kind)} ({doc}), hidden size {g('hidden_size')}, "
+        f"rank {g('rank')}, positions {_md(cfg.get('max_len'))}; calibrated with the `{g('loss')}` loss, seed "
         f"{g('seed')}. Held-out rho_L1: {g('rho_l1')}.\n\n"
         f"| held-out score | value |\n|---|---|\n{rows}\n"
         f"## Loading it\n\nWith transformers alone (and torch): darts_nb is not needed. The modelling file "
@@ -271,21 +282,75 @@ def corrected_card(
         f"merged model.\n"
     )
 
+# %% ../nbs/04a_deploy.ipynb #e8100b87
+EXPORT_LIST = 'darts_export.json'  # what an export wrote, in its own folder: the only files it may replace
+
+# %% ../nbs/04a_deploy.ipynb #6ed401d0
+def _tree(
+    root: Path,  # a folder
+) -> dict:
+    "Relative path -> [size, mtime_ns] of each regular file under `root`, 'folder' for a folder, 'other' else."
+    out = {}
+    for top, dirs, files in os.walk(root):  # links to folders are listed, not followed
+        for name in dirs + files:
+            p = Path(top) / name
+            st = os.lstat(p)
+            kind = [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
+            out[p.relative_to(root).as_posix()] = kind or ('folder' if stat.S_ISDIR(st.st_mode) else 'other')
+    return out
+
+# %% ../nbs/04a_deploy.ipynb #23b6b095
+def _refuse_replace(
+    out: Path,  # the folder an export is about to replace
+) -> None:
+    "Nothing, or the error saying why `out` is not an earlier export holding only what that export wrote."
+    if out.is_symlink():
+        raise FileExistsError(
+            f"out_dir={str(out)!r}: is a symbolic link (to {os.readlink(out)!r}); refusing to replace it (the link "
+            f"would be lost): export to the folder it points to, or remove the link"
+        )
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"out_dir={str(out)!r}: exists and is not a folder; expected a checkpoint folder")
+    held = sorted(os.listdir(out)) if out.is_dir() else []
+    if not held:
+        return
+    try:
+        wrote = json.loads(_read_at(None, str(out / EXPORT_LIST), 2**24) or b'null')
+    except (OSError, ValueError):
+        wrote = None
+    wrote = wrote.get('files') if isinstance(wrote, dict) else None
+    if not isinstance(wrote, dict):
+        raise FileExistsError(
+            f"out_dir={str(out)!r}: holds {held[:8]} and is not an earlier export (it has no {EXPORT_LIST}); refusing "
+            f"to replace it (that would delete them): export into a new or empty folder"
+        )
+    now = _tree(out)
+    now.pop(EXPORT_LIST, None)
+    changed = sorted(k for k, v in now.items() if wrote.get(k) != (list(v) if isinstance(v, list) else v))
+    if changed:
+        raise FileExistsError(
+            f"out_dir={str(out)!r}: an earlier export, but {changed[:8]} were added or changed since it was written; "
+            f"refusing to replace it (that would delete them): move them away, or export into a new folder"
+        )
+
 # %% ../nbs/04a_deploy.ipynb #7b8422d0
 def export_corrected(
     model,  # the merged Hugging Face causal LM (a module attached to it is left out: `module` is the one exported)
     module: SurgeryModule,  # the surgery module to build in
-    out_dir: str | Path,  # the checkpoint folder to write (replaced atomically)
+    out_dir: str | Path,  # the checkpoint folder to write: new, empty, or an earlier export (replaced atomically)
     tokenizer=None,  # saved beside, so the folder is complete for pipelines and lm-eval
     **meta,  # provenance for the module's config and card (see `surgery.save_surgery`)
 ) -> Path:
     "One checkpoint (merged weights, module, self-contained `auto_map` modelling code, card) that loads corrected."
+    import darts_nb
+
     # The class the modelling file subclasses: the first of the model's that transformers exports under its name
     base = next((c for c in type(model).__mro__ if getattr(transformers, c.__name__, None) is c), None)
     if base is None or not hasattr(base, 'save_pretrained'):
         raise ValueError(f"model: expected a transformers causal LM, got a {type(model).__name__}")
     arch = base.__name__
     src = modeling_source(arch)
+    _refuse_replace(Path(out_dir))
     with atomic_path(out_dir) as tmp:
         base.save_pretrained(model, tmp)  # the class's own save: the weights only, whatever is attached
         if tokenizer is not None:
@@ -298,4 +363,5 @@ def export_corrected(
         (tmp / 'config.json').write_text(json.dumps(cfg, indent=2, sort_keys=True))
         card = corrected_card(read_surgery_config(tmp / 'darts_surgery'), arch, tokenizer=tokenizer is not None)
         (tmp / 'README.md').write_text(card)
+        (tmp / EXPORT_LIST).write_text(json.dumps(dict(darts_nb=darts_nb.__version__, files=_tree(tmp)), indent=1))
     return Path(out_dir)

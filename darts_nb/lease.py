@@ -16,15 +16,31 @@ from pathlib import Path
 from .core import write_json, _rmtree
 
 # %% auto #0
-__all__ = ['HEARTBEAT', 'LEASE_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease', 'is_stale', 'clean_stale']
+__all__ = ['HEARTBEAT', 'LEASE_TTL', 'MIN_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease', 'is_stale',
+           'clean_stale']
 
 # %% ../nbs/00a_lease.ipynb #1e45a006
 HEARTBEAT = 30.0  # seconds between two renewals of a held lease
 LEASE_TTL = 600.0  # default seconds without a heartbeat after which a lease is stale (DARTS_LEASE_TTL overrides)
+MIN_TTL = 2 * HEARTBEAT  # the shortest time-to-live a judge may use: a live writer beats twice within it
+
+# %% ../nbs/00a_lease.ipynb #1306016b
+def _check_ttl(
+    ttl,  # a time-to-live in seconds
+    arg: str,  # where it came from, for the message ('DARTS_LEASE_TTL', 'ttl')
+) -> float:
+    "`ttl` as a float, or a ValueError unless it is a number of seconds >= MIN_TTL (inf allowed)."
+    ok = isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl >= MIN_TTL  # nan is not >= anything
+    if not ok:
+        raise ValueError(
+            f"{arg}: expected a number of seconds >= {MIN_TTL:g} (twice the heartbeat of {HEARTBEAT:g} s: a shorter "
+            f"time-to-live would judge a live writer stale between two beats and delete what it writes), got {ttl!r}"
+        )
+    return float(ttl)
 
 # %% ../nbs/00a_lease.ipynb #45aa5045
 def lease_ttl() -> float:
-    "The time-to-live of a lease in seconds: `DARTS_LEASE_TTL`, else `LEASE_TTL`."
+    "The time-to-live of a lease in seconds: `DARTS_LEASE_TTL`, else `LEASE_TTL`; at least `MIN_TTL`."
     v = os.environ.get('DARTS_LEASE_TTL')
     if v is None:
         return LEASE_TTL
@@ -34,6 +50,7 @@ def lease_ttl() -> float:
         ttl = float('nan')
     if not ttl > 0:
         raise ValueError(f"DARTS_LEASE_TTL: expected a number of seconds > 0, got {v!r}")
+    _check_ttl(ttl, f'DARTS_LEASE_TTL={v!r}')
     return ttl
 
 # %% ../nbs/00a_lease.ipynb #94bbd93e
@@ -68,9 +85,11 @@ def _renew(path: Path, started: float, stop: threading.Event, every: float) -> N
 @contextmanager
 def hold_lease(
     path: str | Path,  # the temporary file or folder this process is writing
-    every: float = HEARTBEAT,  # seconds between renewals
+    every: float = HEARTBEAT,  # seconds between renewals: at most HEARTBEAT
 ):
     "Hold a lease on `path` while the block runs (renewed by a background thread), removed at the end."
+    if not (isinstance(every, (int, float)) and 0 < every <= HEARTBEAT):  # judges count on a beat this often
+        raise ValueError(f"every: expected a number of seconds in (0, {HEARTBEAT:g}] (HEARTBEAT), got {every!r}")
     path, started = Path(path), time.time()
     _beat(path, started)
     stop = threading.Event()
@@ -108,11 +127,12 @@ def _gone(pid: int) -> bool:
 # %% ../nbs/00a_lease.ipynb #b03f8c8e
 def is_stale(
     path: str | Path,  # a temporary file or folder
-    ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
+    ttl: float | None = None,  # seconds without a heartbeat, >= MIN_TTL (None: `lease_ttl()`)
     now: float | None = None,  # the time to judge at (None: now)
 ) -> bool:
     "Whether the temporary `path` was abandoned (its heartbeat, else its modification time, older than `ttl`)."
-    path, ttl, now = Path(path), lease_ttl() if ttl is None else ttl, time.time() if now is None else now
+    ttl = lease_ttl() if ttl is None else _check_ttl(ttl, 'ttl')
+    path, now = Path(path), time.time() if now is None else now
     lease = read_lease(path)
     if lease is None:
         try:
@@ -126,9 +146,10 @@ def is_stale(
 # %% ../nbs/00a_lease.ipynb #f1217fc6
 def clean_stale(
     folder: str | Path,  # a folder whose temporaries (`.NAME.tmp-*`) to judge
-    ttl: float | None = None,  # seconds without a heartbeat (None: `lease_ttl()`)
+    ttl: float | None = None,  # seconds without a heartbeat, >= MIN_TTL (None: `lease_ttl()`)
 ) -> list[Path]:
     "Remove the abandoned temporaries in `folder`, their leases, and stale leases left alone; returns what went."
+    ttl = lease_ttl() if ttl is None else _check_ttl(ttl, 'ttl')  # before anything is judged
     gone, found = [], sorted(Path(folder).glob('.*.tmp-*'))
     for t in (t for t in found if not t.name.endswith('.lease')):
         if not is_stale(t, ttl):

@@ -7,7 +7,9 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
 import math
+import hashlib
 import json
+import re
 import os
 import inspect
 import tempfile
@@ -19,16 +21,18 @@ from torch import nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .core import positions_from_mask, lm_head, check_choice, check_int, stable_hash, save_dir, read_dir
+from .core import _read_at, _refuse_foreign
 
 _all_ = ['positions_from_mask']
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'WEIGHTS', 'CONFIG', 'CARD', 'OLD_WEIGHTS', 'OLD_CONFIG',
-           'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
-           'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
-           'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids', 'check_finite', 'surgery_of',
-           'detach_surgery', 'attach_surgery', 'surgery', 'surgery_card', 'save_surgery', 'read_surgery_config',
-           'load_surgery', 'positions_from_mask']
+__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES',
+           'MAX_HEADER_BYTES', 'TEXT_FIELDS', 'WEIGHTS', 'CONFIG', 'CARD', 'OLD_WEIGHTS', 'OLD_CONFIG',
+           'SAFETENSORS_DTYPES', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery',
+           'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config',
+           'surgery_from_config', 'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids',
+           'check_finite', 'surgery_of', 'detach_surgery', 'attach_surgery', 'surgery', 'surgery_card', 'save_surgery',
+           'read_surgery_config', 'load_surgery', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _bottleneck(hidden_size, rank):
@@ -275,14 +279,66 @@ def make_surgery(
     given = dict(hidden_size=hidden_size, rank=rank, max_len=max_len, vocab_size=vocab_size)
     return cls(**{k: given[k] for k in cls.sizes})
 
+# %% ../nbs/04_surgery.ipynb #a5084fc0
+MAX_SIZES = dict(hidden_size=2**16, rank=2**16, max_len=2**20, vocab_size=2**20)  # the largest size a config may give
+MAX_MODULE_BYTES = 2**34  # 16 GiB of float32 parameters: the largest module a config may describe
+MAX_CONFIG_BYTES = 2**20  # the largest surgery_config.json read
+MAX_HEADER_BYTES = 2**20  # the largest safetensors header read (a module's is a few hundred bytes)
+
+# %% ../nbs/04_surgery.ipynb #41a69659
+def _shapes(
+    cfg: dict,  # a config whose kind and sizes are checked
+) -> dict:
+    "Tensor name -> shape of the module `cfg` describes, from a module built on the meta device (nothing allocated)."
+    cls = SURGERY_KINDS[cfg['kind']]
+    with torch.device('meta'):
+        m = cls(**{k: cfg[k] for k in cls.sizes})
+    return {k: tuple(v.shape) for k, v in m.state_dict().items()}
+
+# %% ../nbs/04_surgery.ipynb #46cee772
+_LINE_BREAKS = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029]')  # control characters, and what YAML reads as a line break
+TEXT_FIELDS = ('merged_model', 'expert', 'domain', 'loss', 'merge_config_hash', 'version', 'dtype', 'card_sha256')
+
+# %% ../nbs/04_surgery.ipynb #30c9a2bf
+def _check_meta(
+    cfg: dict,  # a module's config
+    where: str,  # the file or the call it came from, for messages
+) -> dict:
+    "`cfg`, or a `ValueError` naming `where`, the provenance field that is wrong, its value and what was expected."
+
+    def line(v):
+        return isinstance(v, str) and len(v) <= 1000 and not _LINE_BREAKS.search(v)
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def bad(k, what):
+        got = repr(cfg[k])
+        return ValueError(f"{where}: {k}: expected {what}, got {got[:200] + '...' if len(got) > 200 else got}")
+
+    for k in TEXT_FIELDS:
+        if cfg.get(k) is not None and not line(cfg[k]):
+            raise bad(k, 'one line of text (at most 1000 characters, no line break or control character) or None')
+    if cfg.get('seed') is not None and not (isinstance(cfg['seed'], int) and not isinstance(cfg['seed'], bool)):
+        raise bad('seed', 'an integer or None')
+    if cfg.get('rho_l1') is not None and not number(cfg['rho_l1']):
+        raise bad('rho_l1', 'a finite number or None')
+    scores = cfg.get('scores')
+    if scores is not None and not (
+        isinstance(scores, dict)
+        and all(line(k) and k and (v is None or number(v) or line(v)) for k, v in scores.items())
+    ):
+        raise bad('scores', 'a dict of score name -> a number or one line of text, or None')
+    return cfg
+
 # %% ../nbs/04_surgery.ipynb #b93f3d10
 def check_surgery_config(
     cfg,  # a module's config: `module.config()` or a saved one
     where: str = 'cfg',  # the file it came from, for messages
 ) -> dict:
-    "`cfg`, or a `ValueError` naming `where` and the key that is missing or wrong."
+    "`cfg`, or a `ValueError` naming `where` and the key that is missing or wrong (sizes, bounds, provenance)."
     kind = cfg.get('kind') if isinstance(cfg, dict) else None
-    if kind not in SURGERY_KINDS:
+    if not isinstance(kind, str) or kind not in SURGERY_KINDS:
         raise ValueError(f"{where}: kind={kind!r}, expected one of {sorted(SURGERY_KINDS)}")
     for k in SURGERY_KINDS[kind].sizes:
         if k not in cfg:
@@ -291,7 +347,15 @@ def check_surgery_config(
             check_int(cfg[k], k)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-    return cfg
+        if cfg[k] > MAX_SIZES[k]:
+            raise ValueError(f"{where}: {k}={cfg[k]}, more than the {MAX_SIZES[k]} a module may have (MAX_SIZES)")
+    n = 4 * sum(math.prod(s) for s in _shapes(cfg).values())
+    if n > MAX_MODULE_BYTES:
+        sizes = {k: cfg[k] for k in SURGERY_KINDS[kind].sizes}
+        raise ValueError(
+            f"{where}: a {kind} module of {sizes} holds {n} bytes, more than MAX_MODULE_BYTES={MAX_MODULE_BYTES}"
+        )
+    return _check_meta(cfg, where)
 
 # %% ../nbs/04_surgery.ipynb #9247d9ea
 def surgery_from_config(
@@ -523,14 +587,16 @@ def attach_surgery(
 
     # The checkpoint alone would silently lose the correction: save the module beside it, and say so
     def save_pretrained(save_directory, *a, **k):
-        out = type(model).save_pretrained(model, save_directory, *a, **k)
         beside = Path(save_directory) / 'darts_surgery'
+        # every check before the checkpoint is written: never a checkpoint without its module
+        files, own = _surgery_files(module, beside, getattr(module, 'meta', {}))
+        out = type(model).save_pretrained(model, save_directory, *a, **k)
         warnings.warn(
             f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, "
             f"to {beside} (SurgeryModule.from_pretrained, then attach_surgery)",
             stacklevel=2,
         )
-        save_surgery(module, beside, **getattr(module, 'meta', {}))
+        save_dir(beside, files, own=own, what='surgery module')
         return out
 
     model.__dict__['save_pretrained'] = save_pretrained
@@ -571,15 +637,58 @@ def _merge_config_hash(merged_model) -> str | None:
         return None
 
 # %% ../nbs/04_surgery.ipynb #7ee1139c
-def _own_files(path: Path) -> set:
-    "The files a module folder may hold: the old format's only where `path` is an old module (not a model's)."
+def _own_files(
+    path: Path,  # a folder a module is about to be saved into
+) -> set:
+    "The files a save may replace in `path`: a module's; the old format's and the card only where they are its own."
+
+    def cfg(name):  # the config `name` in `path` when it is a module's (read defensively), else None
+        try:
+            c = json.loads(_read_at(None, str(path / name), MAX_CONFIG_BYTES) or b'null')
+        except (OSError, ValueError):
+            return None
+        return c if isinstance(c, dict) and isinstance(c.get('kind'), str) and c['kind'] in SURGERY_KINDS else None
+
+    own = {WEIGHTS, CONFIG}
+    if (path / OLD_WEIGHTS).is_file() or cfg(OLD_CONFIG) is not None:  # an old module, not a model's config.json
+        own |= {OLD_WEIGHTS, OLD_CONFIG}
+    new = cfg(CONFIG)
     try:
-        old = (path / OLD_WEIGHTS).is_file() or (
-            json.loads((path / OLD_CONFIG).read_text()).get('kind') in SURGERY_KINDS
-        )
-    except Exception:
-        old = False
-    return {WEIGHTS, CONFIG, CARD} | ({OLD_WEIGHTS, OLD_CONFIG} if old else set())
+        card = _read_at(None, str(path / CARD), MAX_CONFIG_BYTES) if new is not None else None
+    except (OSError, ValueError):
+        card = None
+    # the card of a module saved here, unchanged since (saved before card hashes were recorded: taken as unchanged)
+    if (
+        card is not None
+        and new.get('card_sha256', hashlib.sha256(card).hexdigest()) == hashlib.sha256(card).hexdigest()
+    ):
+        own.add(CARD)
+    return own
+
+# %% ../nbs/04_surgery.ipynb #b8a089e4
+def _yaml_scalar(
+    v,  # any value (written as its text)
+) -> str:
+    "`v` as one YAML scalar on one line: plain when YAML reads it back as the same string, else double-quoted."
+    import yaml
+
+    s = str(v)
+    if re.fullmatch(r'[\w./@+-]+( [\w./@+-]+)*', s):
+        try:
+            if yaml.safe_load(s) == s:
+                return s
+        except yaml.YAMLError:
+            pass
+    return yaml.safe_dump(s, default_style='"', width=float('inf'), allow_unicode=True).strip()
+
+# %% ../nbs/04_surgery.ipynb #898b0772
+def _md(
+    v,  # any value (written as its text)
+    cell: bool = False,  # it goes into a table cell: `|` is escaped too
+) -> str:
+    "`v` as one line of markdown text: line breaks and control characters escaped, backticks made quotes."
+    s = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], str(v)).replace('`', "'")
+    return s.replace('|', '\\|') if cell else s
 
 # %% ../nbs/04_surgery.ipynb #06eb4592
 def surgery_card(
@@ -588,15 +697,19 @@ def surgery_card(
     "The module's model card (README.md): what it corrects, its calibration, its held-out numbers, how to load it."
 
     def g(k):
-        return cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded'
+        return _md(cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded')
 
-    rows = ''.join(f'| {k} | {v} |\n' for k, v in (cfg.get('scores') or {'(none recorded)': ''}).items())
+    scores = cfg.get('scores') or {'(none recorded)': ''}
+    if not isinstance(scores, dict):
+        raise ValueError(f"cfg: scores: expected a dict of score name -> value, got {scores!r}")
+    rows = ''.join(f'| {_md(k, cell=True)} | {_md(v, cell=True)} |\n' for k, v in scores.items())
+    base = _yaml_scalar(cfg.get('merged_model') if cfg.get('merged_model') not in (None, '') else 'not recorded')
     return (
-        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {g('merged_model')}\n---\n"
-        f"# DARTS surgery module: {cfg.get('kind')}, {g('domain')}\n\n"
+        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {base}\n---\n"
+        f"# DARTS surgery module: {_md(cfg.get('kind'))}, {g('domain')}\n\n"
         f"Corrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
         f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: "
-        f"hidden size {cfg.get('hidden_size')}, rank {cfg.get('rank')}, positions {cfg.get('max_len')}; "
+        f"hidden size {g('hidden_size')}, rank {g('rank')}, positions {_md(cfg.get('max_len'))}; "
         f"calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb {g('version')}). "
         f"Held-out rho_L1: {g('rho_l1')}.\n\n"
         f"| held-out score | value |\n|---|---|\n{rows}\n```python\n"
@@ -604,21 +717,21 @@ def surgery_card(
         f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n"
     )
 
-# %% ../nbs/04_surgery.ipynb #73c4a281
-def save_surgery(
-    module: SurgeryModule,  # the module to save (finite weights)
-    path: str | Path,  # a folder of its own: created, or replaced when it holds a module only
-    **meta,  # merged_model, merge_config_hash, expert, domain, loss, seed, ... (JSON-serialisable)
-) -> Path:
-    "Write `module` as `surgery_model.safetensors` + `surgery_config.json` into folder `path`, atomically."
+# %% ../nbs/04_surgery.ipynb #930a7283
+def _surgery_files(
+    module: SurgeryModule,  # the module to save
+    path: Path,  # the folder it goes to
+    meta: dict,  # provenance (`save_surgery`)
+) -> tuple[dict, set]:
+    "(file name -> content, the names it may replace at `path`) of `module` saved with `meta`: every check first."
     from safetensors.torch import save
     import darts_nb
 
     if not isinstance(module, SurgeryModule):
         raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
-    path = Path(path)
-    check_finite(module, f'save_surgery({str(path)!r})')
-    meta.setdefault('merge_config_hash', _merge_config_hash(meta.get('merged_model')))
+    where = f'save_surgery({str(path)!r})'
+    check_finite(module, where)
+    meta = {**meta, 'merge_config_hash': meta.get('merge_config_hash', _merge_config_hash(meta.get('merged_model')))}
     cfg = {
         **{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')},
         **meta,
@@ -626,9 +739,24 @@ def save_surgery(
         'version': darts_nb.__version__,
         'dtype': str(module.down.weight.dtype).replace('torch.', ''),
     }
+    cfg = check_surgery_config(json.loads(json.dumps(cfg, default=str)), where)  # as saved: a Path is its text
+    own = _own_files(path)
+    _refuse_foreign(path, own, 'surgery module')
+    card = surgery_card(cfg)
+    cfg['card_sha256'] = hashlib.sha256(card.encode()).hexdigest()  # a card changed since is the user's
     weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
-    files = {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True, default=str), CARD: surgery_card(cfg)}
-    return save_dir(path, files, own=_own_files(path), what='surgery module')
+    return {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True), CARD: card}, own
+
+# %% ../nbs/04_surgery.ipynb #73c4a281
+def save_surgery(
+    module: SurgeryModule,  # the module to save (finite weights)
+    path: str | Path,  # a folder of its own: created, or replaced when it holds only what a save of a module wrote
+    **meta,  # merged_model, merge_config_hash, expert, domain, loss, seed, rho_l1, scores, ... (JSON-serialisable)
+) -> Path:
+    "Write `module` as `surgery_model.safetensors` + `surgery_config.json` + its card into folder `path`, atomically."
+    path = Path(path)
+    files, own = _surgery_files(module, path, meta)
+    return save_dir(path, files, own=own, what='surgery module')
 
 # %% ../nbs/04_surgery.ipynb #a9b4d202
 def _parse_config(data: bytes, where: Path) -> dict:
@@ -640,25 +768,95 @@ def _parse_config(data: bytes, where: Path) -> dict:
     return check_surgery_config(cfg, str(where))
 
 # %% ../nbs/04_surgery.ipynb #2a47076f
-def _read_saved(path: Path) -> tuple[dict, Path, bytes | None, Path]:
-    "(config, its file, the weights' bytes, their file) of the module in `path`, from one version of the folder."
+def _read_saved(path: Path) -> tuple:
+    "(config, its file, the weights' file open (None: absent), its path) of the module in `path`, one version of it."
     expected = f"expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}"
     if not path.is_dir():
         raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
-    got = read_dir(path, (CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS))
+    names, limits = (CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS), dict.fromkeys((CONFIG, OLD_CONFIG), MAX_CONFIG_BYTES)
+    got = read_dir(path, names, limits=limits, handles=(WEIGHTS, OLD_WEIGHTS))
     c, w = (CONFIG, WEIGHTS) if got[CONFIG] is not None or got[WEIGHTS] is not None else (OLD_CONFIG, OLD_WEIGHTS)
-    if got[c] is None or (c == OLD_CONFIG and got[w] is None and b'"kind"' not in got[c]):
-        raise FileNotFoundError(
-            f"path={str(path)!r}: no saved surgery module here (it holds {sorted(os.listdir(path))[:6]}; {expected})"
-        )
-    return _parse_config(got[c], path / c), path / c, got[w], path / w
+    for n in {WEIGHTS, OLD_WEIGHTS} - {w}:  # the other format's weights: not read
+        if got[n] is not None:
+            got[n].close()
+    try:
+        if got[c] is None or (c == OLD_CONFIG and got[w] is None and b'"kind"' not in got[c]):
+            holds = sorted(os.listdir(path))[:6]
+            raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (it holds {holds}; {expected})")
+        return _parse_config(got[c], path / c), path / c, got[w], path / w
+    except BaseException:
+        if got[w] is not None:
+            got[w].close()
+        raise
 
 # %% ../nbs/04_surgery.ipynb #2d6754a1
 def read_surgery_config(
     path: str | Path,  # a folder written by `save_surgery`
 ) -> dict:
     "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
-    return _read_saved(Path(path))[0]
+    cfg, _, weights, _ = _read_saved(Path(path))
+    if weights is not None:
+        weights.close()
+    return cfg
+
+# %% ../nbs/04_surgery.ipynb #dda61694
+SAFETENSORS_DTYPES = {'F64': torch.float64, 'F32': torch.float32, 'F16': torch.float16, 'BF16': torch.bfloat16}
+
+# %% ../nbs/04_surgery.ipynb #b877a834
+def _read_weights(
+    f,  # the safetensors file of a module, open (binary) at its start
+    cfg: dict,  # the module's checked config
+    where,  # the file, for messages
+) -> dict:
+    "Tensor name -> tensor of `f`, read only once its header matches the module `cfg` describes, to the byte."
+
+    def corrupt(why):
+        return ValueError(f"{where}: corrupt safetensors file ({why})")
+
+    size = os.fstat(f.fileno()).st_size
+    head = f.read(8)
+    if len(head) < 8:
+        raise corrupt(f'{size} bytes, fewer than the 8 that hold the header length')
+    n = int.from_bytes(head, 'little')
+    if n > min(MAX_HEADER_BYTES, size - 8):
+        raise corrupt(f'a header of {n} bytes in a file of {size}; at most {MAX_HEADER_BYTES} are read')
+    try:
+        header = json.loads(f.read(n))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise corrupt(f'its header is not JSON: {e}') from None
+    if not isinstance(header, dict) or not all(
+        isinstance(v, dict)
+        and isinstance(v.get('shape'), list)
+        and all(type(x) is int for x in v['shape'])
+        and isinstance(v.get('data_offsets'), list)
+        and len(v['data_offsets']) == 2
+        and all(type(x) is int for x in v['data_offsets'])
+        for k, v in header.items()
+        if k != '__metadata__'
+    ):
+        raise corrupt('its header is not a table of tensors with a shape and data offsets')
+    header.pop('__metadata__', None)
+    want, got = _shapes(cfg), {k: tuple(v['shape']) for k, v in header.items()}
+    if want != got:
+        raise ValueError(f"{where}: tensors {got} do not match the config's module {want}")
+    out, end = {}, 0
+    for k, v in sorted(header.items(), key=lambda kv: kv[1]['data_offsets']):
+        dtype = SAFETENSORS_DTYPES.get(v.get('dtype'))
+        if dtype is None:
+            raise corrupt(f"{k}: dtype {v.get('dtype')!r}, expected one of {list(SAFETENSORS_DTYPES)}")
+        begin, stop = v['data_offsets']
+        if begin != end or stop - begin != math.prod(want[k]) * dtype.itemsize:
+            raise corrupt(f'{k}: data offsets {[begin, stop]} do not follow the tensors before it and its shape')
+        end = stop
+    if 8 + n + end != size:
+        raise corrupt(f'its header describes {end} bytes of tensor data, the file holds {size - 8 - n}')
+    for k, v in sorted(header.items(), key=lambda kv: kv[1]['data_offsets']):
+        dtype = SAFETENSORS_DTYPES[v['dtype']]
+        buf = bytearray(v['data_offsets'][1] - v['data_offsets'][0])
+        if f.readinto(buf) != len(buf):
+            raise corrupt('the file ended while it was read')
+        out[k] = torch.frombuffer(buf, dtype=dtype).reshape(want[k]) if buf else torch.empty(want[k], dtype=dtype)
+    return out
 
 # %% ../nbs/04_surgery.ipynb #611ad206
 def _module_from_state(cfg: dict, sd: dict, where) -> SurgeryModule:
@@ -680,20 +878,19 @@ def load_surgery(
     device: str | torch.device | None = None,  # where to put the module (default CPU)
 ) -> SurgeryModule:
     "Rebuild a saved module (in eval mode, finite weights checked); its config is in `module.meta`."
-    from safetensors.torch import load
-
     path = Path(path)
-    cfg, cfile, data, wfile = _read_saved(path)
-    if expect_hidden is not None and cfg.get('hidden_size') != expect_hidden:
-        raise ValueError(
-            f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}"
-        )
-    if data is None:
-        raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
+    cfg, cfile, weights, wfile = _read_saved(path)
     try:
-        sd = load(data)
-    except Exception as e:
-        raise ValueError(f"{wfile}: corrupt safetensors file ({e})") from None
+        if expect_hidden is not None and cfg.get('hidden_size') != expect_hidden:
+            raise ValueError(
+                f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}"
+            )
+        if weights is None:
+            raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
+        sd = _read_weights(weights, cfg, wfile)
+    finally:
+        if weights is not None:
+            weights.close()
     return _module_from_state(cfg, sd, wfile).to(device or 'cpu').eval()
 
 # %% ../nbs/04_surgery.ipynb #b029e71c

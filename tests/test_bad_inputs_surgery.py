@@ -914,3 +914,254 @@ def test_racing_first_saves_of_one_path(tmp_path, monkeypatch, what):
         else:
             assert whole(HiddenCache.load(p, device='cpu'))
     assert errors == [] and leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 29: a module folder comes from anywhere (a hub repo, a colleague's disk). Each case is an attack on the
+# loader: sizes that would make it allocate without bound, files that are not files, config fields that are not
+# what the card and the loader expect.
+
+
+@pytest.fixture
+def no_big_tensors(monkeypatch):
+    "torch's factories refuse (and record) any tensor of more than a million elements off the meta device."
+    import math
+
+    big = []
+
+    def spy(fn):
+        def f(*size, **kw):
+            shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+            n = math.prod(shape) if all(isinstance(s, int) for s in shape) else 0
+            device = torch.device(kw.get('device') or torch.get_default_device())
+            if n > 10**6 and device.type != 'meta':
+                big.append(tuple(shape))
+                raise MemoryError(f'the test refuses to allocate a {tuple(shape)} tensor')
+            return fn(*size, **kw)
+
+        return f
+
+    for name in ('zeros', 'empty', 'randn', 'rand', 'ones'):
+        monkeypatch.setattr(torch, name, spy(getattr(torch, name)))
+    return big
+
+
+HUGE = [  # (case, config sizes claimed beside the weights of a PositionSurgery(8, 2, 4), text of the error)
+    ('max_len=10**7 (the filer: 1.2 GB at H=32)', dict(hidden_size=32, max_len=10**7), 'max_len=10000000, more than'),
+    ('max_len=10**9 (the filer: 128 GB)', dict(hidden_size=32, max_len=10**9), 'max_len=1000000000, more than'),
+    ('each size allowed, 256 GiB together', dict(hidden_size=2**16, max_len=2**20), 'more than MAX_MODULE_BYTES'),
+    ('4 GB allowed, but not what the file holds', dict(hidden_size=1024, max_len=10**6), 'do not match the config'),
+    ('a token table of 10**9 rows', dict(kind='token', vocab_size=10**9), 'vocab_size=1000000000, more than'),
+]
+
+
+@pytest.mark.parametrize('case,sizes,text', HUGE, ids=[c[0] for c in HUGE])
+def test_a_small_folder_claiming_a_huge_module_allocates_nothing(tmp_path, no_big_tensors, case, sizes, text):
+    "A 1 KB folder whose config claims a huge module: refused before anything is allocated (torch's factories spied)."
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    assert sum(f.stat().st_size for f in p.iterdir()) < 4096
+    _put(p, {**_cfg(p), **sizes})
+    with pytest.raises(ValueError) as e:
+        load_surgery(p)
+    assert str(p) in str(e.value) and text in str(e.value), str(e.value)
+    assert no_big_tensors == []
+
+
+def test_an_exported_checkpoints_module_is_read_the_same_way(tmp_path, no_big_tensors):
+    "The modelling file of an export reads its darts_surgery/ with the same checks (deploy._built_in_module)."
+    from darts_nb.deploy import _built_in_module
+
+    p = save_surgery(filled(1.0), tmp_path / 'export' / 'darts_surgery')
+    _put(p, {**_cfg(p), 'hidden_size': 32, 'max_len': 10**6})
+    with pytest.raises(ValueError, match='do not match the config'):
+        _built_in_module(str(tmp_path / 'export'), {})
+    assert no_big_tensors == []
+    _put(p, {**_cfg(p), 'kind': ['position']})
+    with pytest.raises(ValueError, match=r"kind=\['position'\], expected one of"):
+        _built_in_module(str(tmp_path / 'export'), {})
+
+
+def _header(entries, data=b''):
+    "A safetensors file with this header (JSON) and data."
+    h = json.dumps(entries).encode()
+    return len(h).to_bytes(8, 'little') + h + data
+
+
+FORGED = [  # (case, weights file content, text of the error)
+    ('a header length of 10**12', (10**12).to_bytes(8, 'little') + b'{}', 'a header of 1000000000000 bytes'),
+    (
+        'a header that matches the config, no data',
+        _header({'b': {'dtype': 'F32', 'shape': [4, 8], 'data_offsets': [0, 128]}}),
+        'do not match',
+    ),
+    (
+        'shapes of the config, data offsets of 32 GB',
+        _header(
+            {
+                'b': {'dtype': 'F32', 'shape': [4, 8], 'data_offsets': [0, 2**35]},
+                'down.weight': {'dtype': 'F32', 'shape': [2, 8], 'data_offsets': [2**35, 2**35 + 64]},
+                'up.weight': {'dtype': 'F32', 'shape': [8, 2], 'data_offsets': [2**35 + 64, 2**35 + 128]},
+            }
+        ),
+        'data offsets [0, 34359738368] do not follow',
+    ),
+    (
+        'integer tensors',
+        _header(
+            {
+                'b': {'dtype': 'I64', 'shape': [4, 8], 'data_offsets': [0, 256]},
+                'down.weight': {'dtype': 'F32', 'shape': [2, 8], 'data_offsets': [256, 320]},
+                'up.weight': {'dtype': 'F32', 'shape': [8, 2], 'data_offsets': [320, 384]},
+            },
+            b'\0' * 384,
+        ),
+        "b: dtype 'I64', expected one of",
+    ),
+    ('a header that is a list', _header([1, 2]), 'not a table of tensors'),
+    ('a shape of strings', _header({'b': {'dtype': 'F32', 'shape': ['4'], 'data_offsets': [0, 4]}}), 'not a table'),
+]
+
+
+@pytest.mark.parametrize('case,content,text', FORGED, ids=[c[0] for c in FORGED])
+def test_forged_weights_headers_are_refused_before_the_data_is_read(tmp_path, no_big_tensors, case, content, text):
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    (p / WEIGHTS).write_bytes(content)
+    with pytest.raises(ValueError) as e:
+        load_surgery(p)
+    assert str(p / WEIGHTS) in str(e.value) and text in str(e.value), str(e.value)
+    assert no_big_tensors == []
+
+
+def test_a_config_over_its_bound_is_not_read(tmp_path):
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    _put(p, {**_cfg(p), 'notes': 'x' * (1 << 21)})
+    with pytest.raises(ValueError, match='more than the 1048576 it may have') as e:
+        read_surgery_config(p)
+    assert str(p / CONFIG) in str(e.value)
+
+
+NOT_FILES = [  # (case, the file, what to put at its name, error text)
+    ('weights: a link to /dev/zero', WEIGHTS, 'zero', 'got a character device'),
+    ('weights: a FIFO', WEIGHTS, 'fifo', 'got a FIFO'),
+    ('config: a FIFO', CONFIG, 'fifo', 'got a FIFO'),
+    ('config: a link to /dev/zero', CONFIG, 'zero', 'got a character device'),
+]
+
+LOAD_IN_CHILD = textwrap.dedent('''
+    import json, resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # an endless read fails here, not on the machine
+    from darts_nb.surgery import load_surgery
+    for p in sys.argv[1:]:
+        try:
+            load_surgery(p)
+            print(json.dumps(['loaded', '']), flush=True)
+        except BaseException as e:
+            print(json.dumps([type(e).__name__, str(e)]), flush=True)
+''')
+
+
+def test_files_that_are_not_regular_files_are_refused_not_read(tmp_path):
+    "A FIFO would hang the loader, /dev/zero be read without end: each is refused at once (one child process)."
+    folders = []
+    for i, (case, name, what, text) in enumerate(NOT_FILES):
+        p = save_surgery(filled(1.0), tmp_path / f'm{i}')
+        (p / name).unlink()
+        os.symlink('/dev/zero', p / name) if what == 'zero' else os.mkfifo(p / name)
+        folders.append(str(p))
+    try:  # the timeout only stops a hung child (the bug); nothing here measures time
+        r = subprocess.run([sys.executable, '-c', LOAD_IN_CHILD, *folders], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as e:
+        done = len((e.stdout or b'').splitlines())
+        pytest.fail(f'the loader hung: {NOT_FILES[done][0]} (case {done + 1} of {len(folders)})')
+    got = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert len(got) == len(NOT_FILES), r.stderr[-2000:]
+    for (case, name, what, text), p, (exc, msg) in zip(NOT_FILES, folders, got):
+        assert exc == 'ValueError' and f'{p}/{name}' in msg and text in msg, (case, exc, msg)
+
+
+def test_a_folder_where_a_file_should_be_is_refused(tmp_path):
+    p = save_surgery(filled(1.0), tmp_path / 'm')
+    (p / WEIGHTS).unlink()
+    (p / WEIGHTS).mkdir()
+    with pytest.raises(ValueError, match=f'{p / WEIGHTS}: expected a regular file, got a folder'):
+        load_surgery(p)
+
+
+def set_keys(**kw):
+    def f(p):
+        _put(p, {**_cfg(p), **kw})
+
+    return f
+
+
+FIELDS = [  # (case, damage, text): each a clear ValueError naming the file, the field and the value
+    ('kind a list (was: TypeError)', set_keys(kind=['position']), "kind=['position'], expected one of"),
+    ('kind a dict', set_keys(kind={'a': 1}), "kind={'a': 1}, expected one of"),
+    ('scores a list', set_keys(scores=[1, 2]), 'scores: expected a dict of score name'),
+    ('scores with a newline', set_keys(scores={'em\nlicense': 1}), 'scores: expected a dict'),
+    ('seed a string', set_keys(seed='3'), "seed: expected an integer or None, got '3'"),
+    ('seed a bool', set_keys(seed=True), 'seed: expected an integer or None, got True'),
+    ('rho_l1 nan', lambda p: (p / CONFIG).write_text(json.dumps({**_cfg(p), 'rho_l1': float('nan')})), 'rho_l1'),
+    ('a newline in domain', set_keys(domain='math\nlicense: mit'), 'domain: expected one line of text'),
+    ('a newline in merged_model', set_keys(merged_model='m\n---'), 'merged_model: expected one line'),
+    ('expert a number', set_keys(expert=7), 'expert: expected one line of text'),
+    ('a line separator in loss', set_keys(loss='l1\u2028x: y'), 'loss: expected one line'),
+]
+
+
+@pytest.mark.parametrize('case,damage,text', FIELDS, ids=[c[0] for c in FIELDS])
+def test_every_config_field_is_checked(tmp_path, case, damage, text):
+    p = save_surgery(filled(1.0), tmp_path / 'm', scores={'em': 0.5}, seed=1, rho_l1=0.3)
+    damage(p)
+    for read in (load_surgery, read_surgery_config):
+        with pytest.raises(ValueError) as e:
+            read(p)
+        assert str(p / CONFIG) in str(e.value) and text in str(e.value), str(e.value)
+
+
+SAVE_META = [  # (case, meta given to save_surgery, text)
+    ('scores a list (was: AttributeError)', dict(scores=[1, 2]), 'scores: expected a dict'),
+    ('a newline in domain', dict(domain='math\nlicense: mit'), 'domain: expected one line'),
+    ('seed a float', dict(seed=1.5), 'seed: expected an integer'),
+]
+
+
+@pytest.mark.parametrize('case,meta,text', SAVE_META, ids=[c[0] for c in SAVE_META])
+def test_bad_provenance_is_refused_before_anything_is_written(tmp_path, case, meta, text):
+    prev = save_surgery(filled(1.0), tmp_path / 'm', seed=1)
+    before = snapshot(prev)
+    with pytest.raises(ValueError) as e:
+        save_surgery(filled(2.0), prev, **meta)
+    assert str(prev) in str(e.value) and text in str(e.value)
+    assert snapshot(prev) == before and leftovers(tmp_path) == []
+
+
+def test_save_pretrained_never_writes_a_checkpoint_without_its_module(tmp_path):
+    "A module whose provenance cannot be saved stops model.save_pretrained before the checkpoint is written."
+    model = tiny_llama(hidden_size=H)
+    m = filled(0.5)
+    m.meta = {'scores': [0.1, 0.2]}  # not a dict
+    attach_surgery(model, m)
+    with pytest.raises(ValueError, match='scores: expected a dict'):
+        model.save_pretrained(tmp_path / 'ckpt')
+    assert not (tmp_path / 'ckpt').exists() or os.listdir(tmp_path / 'ckpt') == []
+    (tmp_path / 'ckpt2' / 'darts_surgery').mkdir(parents=True)
+    (tmp_path / 'ckpt2' / 'darts_surgery' / 'notes.txt').write_text('mine')
+    m.meta = {'scores': {'em': 0.1}}
+    with pytest.raises(FileExistsError, match='notes.txt'):  # the module's folder is someone's: nothing written
+        model.save_pretrained(tmp_path / 'ckpt2')
+    assert sorted(os.listdir(tmp_path / 'ckpt2')) == ['darts_surgery']
+    with pytest.warns(UserWarning, match='saved beside it'):
+        model.save_pretrained(tmp_path / 'ckpt3')
+    assert load_surgery(tmp_path / 'ckpt3' / 'darts_surgery').meta['scores'] == {'em': 0.1}
+
+
+def test_a_module_saved_before_issue_29_still_loads_and_is_replaced(tmp_path):
+    "A folder written before the card's hash was recorded: it loads, and a save replaces it (its card is its own)."
+    p = save_surgery(filled(1.0), tmp_path / 'm', domain='math')
+    c = _cfg(p)
+    del c['card_sha256']
+    _put(p, c)
+    assert same_module(load_surgery(p), 1.0)
+    save_surgery(filled(2.0), p, domain='math')
+    assert same_module(load_surgery(p), 2.0) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])

@@ -259,3 +259,62 @@ def test_the_modelling_file_is_the_packages_own_code_and_needs_torch_and_transfo
     names = {n.name for n in defs}
     for need in ('PositionSurgery', 'StandardSurgery', 'call_positions', '_hook_surgery', 'positions_from_mask'):
         assert need in names, need
+
+
+# --- issue 29: a config field is data in the card, never structure ---------------------------------------------------
+
+INJECTIONS = [  # (field, value): each would add a key to the card's YAML header, or a heading, if pasted in raw
+    ('merged_model', 'org/m\nlicense: mit'),
+    ('merged_model', 'org/m\n---\n# pwned'),
+    ('merged_model', 'a: b'),
+    ('merged_model', '"quoted" and \'single\''),
+    ('merged_model', 'x\r\ninference: false'),
+    ('domain', 'math\n---\nlicense: mit'),
+    ('expert', 'e\u2028license: mit'),
+]
+
+
+def front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith('---\n')
+    return yaml.safe_load(card.split('\n---\n', 1)[0][4:])
+
+
+@pytest.mark.parametrize('field,value', INJECTIONS, ids=[repr(v) for _, v in INJECTIONS])
+def test_a_field_cannot_add_to_the_cards_header(field, value):
+    "surgery_card and deploy.corrected_card given raw fields (a config that bypassed the checks): same keys, same text."
+    from darts_nb.surgery import surgery_card
+    from darts_nb.deploy import corrected_card
+
+    cfg = {**trained().config(), 'merged_model': 'org/m', 'domain': 'math', 'scores': {'em|x': 'a\nb'}, field: value}
+    card = surgery_card(cfg)
+    head = front_matter(card)
+    assert sorted(head) == ['base_model', 'library_name', 'tags'] and head['base_model'] == cfg['merged_model']
+    body = card.split('\n---\n', 1)[1]
+    assert [ln for ln in body.splitlines() if ln.startswith('#')] == [body.splitlines()[0]]  # one heading
+    assert '| em\\|x | a\\nb |' in body  # one table row
+    exported = front_matter(corrected_card(cfg, 'LlamaForCausalLM'))
+    assert sorted(exported) == ['base_model', 'library_name', 'tags'] and exported['base_model'] == cfg['merged_model']
+
+
+def test_a_newline_in_a_saved_config_is_not_republished(tmp_path):
+    "A config edited to hold a newline: loading it is refused, so push_to_hub never publishes it; saving it too."
+    import json
+
+    p = save_surgery(trained(), tmp_path / 'm', merged_model='org/merged-ta', domain='math')
+    cfg = json.loads((p / CONFIG).read_text())
+    (p / CONFIG).write_text(json.dumps({**cfg, 'merged_model': 'org/merged-ta\nlicense: mit'}))
+    with pytest.raises(ValueError, match='merged_model: expected one line of text'):
+        SurgeryModule.from_pretrained(p)
+    m, api = trained(), FakeApi()
+    m.meta = {**cfg, 'domain': 'math\nlicense: mit'}
+    with pytest.raises(ValueError, match='domain: expected one line of text'):
+        m.push_to_hub('org/darts-math', api=api)
+    assert api.calls == []  # nothing uploaded, not even a repo created
+    url = m.push_to_hub('org/darts-math', api=api, domain='math')  # the field given again, on one line
+    assert url.endswith('/commit/abc') and sorted(front_matter(api.files[CARD].decode())) == [
+        'base_model',
+        'library_name',
+        'tags',
+    ]
