@@ -184,7 +184,7 @@ def stand_in_reference(
     out = []
     for i in range(n):
         it, r = alpacaeval_item(i), random.Random(f'ref-{i}')
-        words = ' '.join(r.choice(['calm', 'bright', 'old', 'near', 'slow', 'green']) for _ in range(r.randint(2, 120)))
+        words = ' '.join(r.choice(['calm', 'bright', 'old', 'near', 'slow', 'green']) for _ in range(r.randint(2, 400)))
         out.append(
             dict(
                 instruction=it['instruction'],
