@@ -50,6 +50,8 @@ def expected_items(win: float, outs=OUTS) -> dict:
 def files(tmp_path, monkeypatch):
     "The reference and the model's outputs on disk, and an empty hub cache (no GLM data unless a test adds it)."
     monkeypatch.setenv('HF_HUB_CACHE', str(tmp_path / 'hub'))
+    for k in ('OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_API_KEY'):  # the judge's endpoint: each test's own
+        monkeypatch.delenv(k, raising=False)
     return write_json(tmp_path / 'reference.json', REF), write_json(tmp_path / 'merged_seed0_outputs.json', OUTS)
 
 
