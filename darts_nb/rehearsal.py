@@ -154,7 +154,7 @@ def alpacaeval_item(
     r = random.Random(f'ae-{i}')
     topic = r.choice(['the sea', 'a kettle', 'autumn', 'bridges', 'a quiet library'])
     return dict(
-        instruction=f'Write two sentences about {topic}.',
+        instruction=f'Write note {i}: two sentences about {topic}.',  # distinct, as AlpacaEval's 805 are
         output=f'Here are two sentences about {topic}. It is worth a look.',
         generator='gpt-3.5-turbo-0613',
         dataset=r.choice(['helpful_base', 'oasst', 'selfinstruct', 'vicuna']),
