@@ -13,6 +13,7 @@ from .core import write_json
 from fastcore.meta import delegates
 from .options import RunOptions
 from .runs import Run, make_run
+from .cost import memory_plan
 from .report import Experiment, Section, write_report
 from . import paper, ablations, premises, control, diagnosis, replication
 
@@ -50,19 +51,7 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 # %% ../nbs/21_experiments.ipynb #e0b1c2d6
-QUICK_EXPERIMENTS = (
-    'experts',
-    'sweep',
-    'main',
-    'bias',
-    'placement',
-    'entropy',
-    'loss',
-    'controls',
-    'calib_text',
-    'cost',
-    'summary',
-)
+QUICK_EXPERIMENTS = tuple(n for n in EXPERIMENTS if n != 'replication')  # every record the toy world measures
 
 # %% ../nbs/21_experiments.ipynb #a39593f5
 def _check_names(only: list[str] | None) -> None:
@@ -131,6 +120,7 @@ def run_all(
     run = make_run(profile, name, **kwargs)
     if only is not None:
         _check_applies(run, only)
+    print(memory_plan(run.profile, run.device), flush=True)  # before any model loads: will it fit?
     if only is None and run.quick:
         only = list(QUICK_EXPERIMENTS)
     try:
