@@ -53,11 +53,11 @@ from .store import record, load_results, load_items, results_path, RESULT_COLUMN
 from .evaluate import evaluate_model
 
 # %% auto #0
-__all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run',
-           'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir',
-           'sweep_grid', 'merge_state', 'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep',
-           'sweep_table', 'best_merges', 'sweep_basis', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job',
-           'sweep_scores', 'run_arm', 'arms_over']
+__all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'canonical_experts', 'merge_hash', 'row_source', 'recorded',
+           'recorded_items', 'evaluate_in_run', 'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts',
+           'experts_table', 'merges_dir', 'sweep_grid', 'merge_state', 'stage_merges', 'merge_job', 'need_merge',
+           'score_merges', 'stage_sweep', 'sweep_table', 'best_merges', 'sweep_basis', 'calib_texts', 'domain_cache',
+           'cache_job', 'arm_job', 'sweep_scores', 'run_arm', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
@@ -274,10 +274,19 @@ def open_run(
     return Run(name, prof, options=options, models_key=m.get('models_key', ''), content_key=m.get('content_key', ''))
 
 # %% ../nbs/15_runs.ipynb #7ab615d2
+def canonical_experts(
+    experts: dict,  # domain -> checkpoint, in any order
+) -> dict:
+    "The experts in one order: the built-in DOMAINS' order first, then other domains alphabetically."
+    rank = {d: i for i, d in enumerate(DOMAINS)}
+    return {d: experts[d] for d in sorted(experts, key=lambda d: (rank.get(d, len(rank)), d))}
+
+# %% ../nbs/15_runs.ipynb #5a399cb7
 def _grid(run: Run) -> dict:
     "The full merge grid of the run's checkpoints (computed once per run)."
     if 'grid' not in run._memo:
-        run._memo['grid'] = sweep_configs(run.profile.base, run.profile.experts, out_dtype=run.merge_dtype)
+        experts = canonical_experts(run.profile.experts)
+        run._memo['grid'] = sweep_configs(run.profile.base, experts, out_dtype=run.merge_dtype)
     return run._memo['grid']
 
 # %% ../nbs/15_runs.ipynb #1c011139
