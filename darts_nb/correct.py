@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `dart
 __all__ = ['KINDS', 'LOSSES', 'GROWS_P', 'MIN_HEADROOM', 'CorrectOptions', 'correct_options', 'add_correct_flags',
            'options_from_flags', 'read_prompts', 'parse_assignments', 'CorrectionPlan', 'plan_correction',
            'checkpoint_tensors', 'lm_head_weight', 'head_shift', 'diagnose_pair', 'diagnosis_lines', 'plot_diagnosis',
-           'train_module', 'held_out_scores', 'card_scores', 'correction_summary', 'correct_merge', 'export_all']
+           'train_module', 'held_out_scores', 'task_pairs', 'score_tasks', 'task_rows', 'card_scores',
+           'correction_summary', 'correct_merge', 'export_all', 'attach_corrections']
 
 # %% ../nbs/24_correct.ipynb #f42c054d
 KINDS = ('position', 'darts', 'standard', 'add', 'parallel')  # surgery.SURGERY_KINDS the command offers
@@ -82,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #7a03c121
+# %% ../nbs/24_correct.ipynb #24f0d8e2
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -353,7 +354,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #2f013152
+# %% ../nbs/24_correct.ipynb #765d5092
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -434,7 +435,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #85990bfc
+# %% ../nbs/24_correct.ipynb #4bc4b720
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -468,7 +469,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #05b07187
+# %% ../nbs/24_correct.ipynb #75c25cf9
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -570,7 +571,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #d6d5efae
+# %% ../nbs/24_correct.ipynb #a09b678c
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -599,7 +600,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #18d3d303
+# %% ../nbs/24_correct.ipynb #810eddca
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -632,6 +633,92 @@ def held_out_scores(
             )
         )
     return pd.DataFrame(rows).set_index('bucket')
+
+# %% ../nbs/24_correct.ipynb #9c49f264
+def task_pairs(
+    tasks,  # lm-eval task names: `TASK` (every domain) or `DOMAIN=TASK`
+    domains: list[str],  # the experts' domains
+) -> dict:
+    "Domain -> the task names it is scored on."
+    out = {d: [] for d in domains}
+    for t in tasks:
+        d, eq, name = t.partition('=')
+        if eq and d not in out:
+            raise ValueError(f"tasks: expected TASK or DOMAIN=TASK with a domain of {list(domains)}, got {t!r}")
+        for k in [d] if eq else domains:
+            out[k].append(name if eq else t)
+    return {d: ts for d, ts in out.items() if ts}
+
+# %% ../nbs/24_correct.ipynb #a186b960
+def _item_scores(
+    out: dict,  # lm-eval's results, with samples
+) -> pd.DataFrame:
+    "Per task, metric and item: the item's score (the task's own metrics, numbers only)."
+    import pandas as pd
+    from darts_nb.evaluate import _item_id
+
+    rows = [
+        dict(task=task, metric=m['metric'], item=_item_id(s), value=float(s[m['metric']]))
+        for task, samples in out.get('samples', {}).items()
+        for m in out['configs'][task].get('metric_list', [])
+        for s in samples
+        if isinstance(s.get(m['metric']), (int, float))
+    ]
+    return pd.DataFrame(rows, columns=['task', 'metric', 'item', 'value'])
+
+# %% ../nbs/24_correct.ipynb #c8fc88d4
+def score_tasks(
+    merged,  # the merged checkpoint (a folder)
+    modules: dict,  # domain -> its module (a SurgeryModule or a module folder)
+    tasks,  # lm-eval task names: `TASK` (every domain) or `DOMAIN=TASK` (`task_pairs`)
+    options: CorrectOptions | None = None,  # include_path, limit, eval_batch_size, device, seed
+    **kw,  # options by keyword
+) -> pd.DataFrame:
+    "Per domain, task and metric: the merge's score without and with the module, paired by item: diff, lo, hi, n."
+    import pandas as pd
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    from darts_nb.evaluate import tasks_dir
+    from darts_nb.lm_eval import darts_model_class
+    from darts_nb.stats import paired_ci
+    from darts_nb.surgery import load_surgery, surgery
+    from darts_nb.zoo import load_model
+
+    o = correct_options(options, **kw)
+    pairs = task_pairs(tasks, list(modules))
+    model, tok = load_model(merged, device=o.device)
+    lm = darts_model_class()(pretrained=model, tokenizer=tok, batch_size=o.eval_batch_size)
+    tm = TaskManager(include_path=[str(tasks_dir())] + ([o.include_path] if o.include_path else []))
+    seeds = dict(random_seed=o.seed, numpy_random_seed=o.seed, torch_random_seed=o.seed, fewshot_random_seed=o.seed)
+    rows = []
+    for d, names in pairs.items():
+        m = modules[d] if not isinstance(modules[d], (str, Path)) else load_surgery(modules[d])
+        got = {}
+        for arm, module in (('without', None), ('with', m.to(model.device))):
+            with surgery(lm.model, module):
+                out = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=o.limit, log_samples=True, **seeds)
+            got[arm] = _item_scores(out).set_index(['task', 'metric', 'item']).value
+        for (task, metric), b in got['without'].groupby(level=[0, 1]):
+            a = got['with'].loc[(task, metric)]
+            b = b.droplevel([0, 1])
+            ci = paired_ci(a, b, seed=o.seed)
+            rows.append(dict(domain=d, task=task, metric=metric, without=b.mean(), with_module=a.mean(), **ci))
+    return pd.DataFrame(rows, columns=['domain', 'task', 'metric', 'without', 'with_module', 'diff', 'lo', 'hi', 'n'])
+
+# %% ../nbs/24_correct.ipynb #5b3e676f
+def task_rows(
+    tasks: pd.DataFrame | None,  # `score_tasks`' table (None: none scored)
+    domain: str,  # the module's domain
+) -> dict:
+    "Card rows: per task metric of `domain`, the score without and with the module and the paired difference."
+    if tasks is None:
+        return {}
+    return {
+        f'{r.task} {r.metric} (n={r.n}): without, with the module, difference [95% CI]': (
+            f"{r.without:.4g}, {r.with_module:.4g}, {r.diff:+.4g} [{r.lo:+.4g}, {r.hi:+.4g}]"
+        )
+        for r in tasks[tasks.domain == domain].itertuples()
+    }
 
 # %% ../nbs/24_correct.ipynb #42b63311
 def _num(x: float) -> float:
@@ -691,7 +778,7 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #4ea3f05f
+# %% ../nbs/24_correct.ipynb #a757ad8f
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -712,37 +799,38 @@ def correct_merge(
     o, out = plan.options, Path(out_dir)
     dev = default_device(o.device)
     mh = lm_head_weight(plan.merged).to(dev)
-    rows, diags, modules, lines = [], {}, {}, list(plan.notes)
+    diags, modules, held, lines = {}, {}, {}, list(plan.notes)
     for d, expert in plan.experts.items():
         eh = lm_head_weight(expert).to(dev)
         cache = get_or_build_cache(plan.merged, expert, plan.calib[d], max_len=o.max_len, device=dev, progress=progress)
-        diags[d] = diag = diagnose_pair(cache, mh, eh, heads=head_shift(plan.merged, expert))
-        lines += diagnosis_lines(diag, d)
-        scores = folder = None
+        diags[d] = diagnose_pair(cache, mh, eh, heads=head_shift(plan.merged, expert))
+        lines += diagnosis_lines(diags[d], d)
         if not o.diagnose_only:
             modules[d] = train_module(cache, o, expert_head=eh, progress=progress)
-            held = get_or_build_cache(
-                plan.merged, expert, plan.held[d], max_len=o.max_len, device=dev, progress=progress
-            )
-            scores = held_out_scores(modules[d], held, mh, expert_head=eh)
+            c = get_or_build_cache(plan.merged, expert, plan.held[d], max_len=o.max_len, device=dev, progress=progress)
+            held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
+    tasks = None
+    if o.tasks and modules:
+        tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
+        atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))
+    rows = []
+    for d in plan.experts:
+        folder = None
+        if d in modules:
             meta = dict(merged_model=plan.refs['merged'], expert=plan.refs[d], domain=d, loss=o.loss, seed=o.seed)
-            folder = save_surgery(
-                modules[d],
-                out / d,
-                rho_l1=_num(scores.loc['all', 'rho_l1'] / 100),
-                scores=card_scores(plan.sources[d], diag, scores),
-                **meta,
-            )
-        rows.append(_summary_row(d, diag, scores=scores, folder=folder))
+            card = {**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}
+            rho = _num(held[d].loc['all', 'rho_l1'] / 100)
+            folder = save_surgery(modules[d], out / d, rho_l1=rho, scores=card, **meta)
+        rows.append(_summary_row(d, diags[d], scores=held.get(d), folder=folder))
     table = pd.DataFrame(rows)
     plot_diagnosis(diags, out / 'diagnosis.png')
-    summary = correction_summary(table, lines)
+    summary = correction_summary(table, lines) + ('' if tasks is None else '\n' + tasks.to_string(index=False) + '\n')
     atomic_write(out / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")
     if progress:
         print(summary)
     if o.export and modules:
         export_all(plan, modules, out)
-    table.attrs.update(diagnosis=diags, lines=lines, out_dir=str(out), plan=plan)
+    table.attrs.update(diagnosis=diags, lines=lines, out_dir=str(out), plan=plan, tasks=tasks)
     return table
 
 # %% ../nbs/24_correct.ipynb #06539aac
@@ -757,3 +845,23 @@ def export_all(
 
     model, tok = load_model(plan.merged, device='cpu')
     return [export_corrected(model, m, Path(out) / f'{d}-corrected', tokenizer=tok) for d, m in modules.items()]
+
+# %% ../nbs/24_correct.ipynb #31554066
+def attach_corrections(
+    model,  # the merged model (loaded once)
+    out_dir,  # a `correct_merge` output folder (its module folders), or a dict domain -> module folder
+) -> list[str]:
+    "Register each module of a correction on `model` by its domain (`deploy.add_surgery`); the names. None attached."
+    from darts_nb.deploy import add_surgery
+    from darts_nb.surgery import CONFIG, load_surgery
+
+    if isinstance(out_dir, dict):
+        folders = {d: Path(p) for d, p in out_dir.items()}
+    else:
+        folders = {p.parent.name: p.parent for p in sorted(Path(out_dir).glob(f'*/{CONFIG}'))}
+    if not folders:
+        raise FileNotFoundError(f"out_dir: expected a correct_merge output with module folders, got {str(out_dir)!r}")
+    device = next(model.parameters()).device
+    for d, p in folders.items():
+        add_surgery(model, d, load_surgery(p, expect_hidden=model.config.hidden_size, device=device))
+    return list(folders)

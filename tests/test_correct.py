@@ -297,3 +297,71 @@ def test_same_module_from_the_function(zoo, merged, texts, tmp_path):
     assert a.held_rho_l1[0] == b.held_rho_l1[0]
     wa = (tmp_path / 'a' / 'math' / 'surgery_model.safetensors').read_bytes()
     assert wa == (tmp_path / 'b' / 'math' / 'surgery_model.safetensors').read_bytes()
+
+
+TASK_YAML = """task: my_sums
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{query}}}}"
+doc_to_target: "{{{{target}}}}"
+target_delimiter: ""
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def test_user_task_scored_without_and_with(zoo, merged, bad, tmp_path):
+    "A task YAML of the user's (include_path, a limit of a few items): the merge without and with the module, paired."
+    from darts_nb.domains import export_jsonl
+
+    tasks = tmp_path / 'tasks'
+    tasks.mkdir()
+    data = export_jsonl('math', 'eval', tmp_path / 'items.jsonl', seed=0)
+    (tasks / 'my_sums.yaml').write_text(TASK_YAML.format(data=data))
+    out = tmp_path / 'fixed'
+    argv = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", '--n-calib', '8', '--n-held', '4']
+    argv += ['--iters', '30', '--tasks', 'my_sums', '--include-path', str(tasks), '--limit', '5', '--out', str(out)]
+    code, said, err = run_cli(argv)
+    assert code == 0, err[-3000:]
+    import pandas as pd
+
+    got = pd.read_csv(out / 'tasks.csv')
+    assert list(got[['domain', 'task', 'metric', 'n']].iloc[0]) == ['math', 'my_sums', 'acc', 5], got
+    r = got.iloc[0]
+    assert abs(r['diff'] - (r.with_module - r.without)) < 1e-9 and r.lo <= r['diff'] <= r.hi
+    assert (
+        'my_sums acc (n=5): without, with the module, difference [95% CI]' in (out / 'math' / 'README.md').read_text()
+    )
+    assert 'my_sums' in said
+
+
+def test_all_modules_on_one_model(zoo, merged, bad, tmp_path):
+    "Both modules of a correction on one loaded merge, one picked per request; none: the plain merge."
+    import torch
+    from darts_nb.correct import attach_corrections
+    from darts_nb.surgery import surgery, surgery_of
+    from darts_nb.zoo import load_model
+
+    out = tmp_path / 'fixed'
+    experts = {'math': zoo / 'math', 'code': zoo / 'code'}
+    correct_merge(
+        merged, experts, bad / 'p.jsonl', out_dir=out, field='question', iters=20, n_calib=8, n_held=4, progress=False
+    )
+    model, tok = load_model(merged, device='cpu')
+    assert sorted(attach_corrections(model, out)) == ['code', 'math'] and surgery_of(model) is None
+    ids = tok(['Question: Bob has 2 cards.'], return_tensors='pt')
+    plain = model(**ids).logits
+    got = {}
+    for d in ('math', 'code'):
+        with surgery(model, d):
+            got[d] = model(**ids).logits
+    assert not torch.equal(got['math'], got['code']) and not torch.equal(got['math'], plain)
+    assert torch.equal(model(**ids).logits, plain)
