@@ -83,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #24f0d8e2
+# %% ../nbs/24_correct.ipynb #0da0e79b
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -354,7 +354,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #765d5092
+# %% ../nbs/24_correct.ipynb #3c0a56b0
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -435,7 +435,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #4bc4b720
+# %% ../nbs/24_correct.ipynb #6ac624dc
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -469,7 +469,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #75c25cf9
+# %% ../nbs/24_correct.ipynb #bd87c057
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -571,7 +571,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #a09b678c
+# %% ../nbs/24_correct.ipynb #f77bdb75
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -600,7 +600,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #810eddca
+# %% ../nbs/24_correct.ipynb #4bfc36d2
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -725,14 +725,14 @@ def _num(x: float) -> float:
     "A score as the card shows it: 4 significant digits."
     return float(f'{x:.4g}')
 
-# %% ../nbs/24_correct.ipynb #47a282ee
+# %% ../nbs/24_correct.ipynb #b439ef9f
 def card_scores(
     sources: dict,  # {'calib': line, 'held': line}: where the prompts came from
     diag: dict,  # `diagnose_pair`'s result
     scores: pd.DataFrame | None = None,  # `held_out_scores`' table (None: diagnosis only)
 ) -> dict:
-    "The rows of the module's card: name -> a number or one line of text."
-    out = {'trained on': sources['calib'], 'held out': sources['held']}
+    "The rows of the module's card, sorted by name (as its saved config keeps them): name -> a number or a line."
+    out = {'calibration: trained on': sources['calib'], 'calibration: held out': sources['held']}
     if scores is not None:
         for b, r in scores.iterrows():
             where = f"{'all positions' if b == 'all' else f'positions {b}'} ({int(r.tokens)} tokens)"
@@ -744,7 +744,7 @@ def card_scores(
         out[f'diagnosis {i}'] = line
     for r in diag['heads'].itertuples():
         out[f'relative distance from the expert: {r.part}'] = _num(r.distance)
-    return out
+    return dict(sorted(out.items()))
 
 # %% ../nbs/24_correct.ipynb #ad13a16a
 def _summary_row(
@@ -778,7 +778,7 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #a757ad8f
+# %% ../nbs/24_correct.ipynb #796a2a55
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -818,7 +818,7 @@ def correct_merge(
         folder = None
         if d in modules:
             meta = dict(merged_model=plan.refs['merged'], expert=plan.refs[d], domain=d, loss=o.loss, seed=o.seed)
-            card = {**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}
+            card = dict(sorted({**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}.items()))
             rho = _num(held[d].loc['all', 'rho_l1'] / 100)
             folder = save_surgery(modules[d], out / d, rho_l1=rho, scores=card, **meta)
         rows.append(_summary_row(d, diags[d], scores=held.get(d), folder=folder))

@@ -236,8 +236,8 @@ def test_command_from_jsonl(zoo, merged, bad, tmp_path):
     assert 'math: the bias' in said and 'code: the merge picks' in said and f'written to {out}' in said, said
     for d in ('math', 'code'):
         card = load_card(out / d)
-        assert f"trained on | the first 8 prompts of file {bad / 'p.jsonl'} (field question)" in card, card
-        assert f"held out | the 4 prompts after the first 8 of file {bad / 'p.jsonl'}" in card, card
+        assert f"calibration: trained on | the first 8 prompts of file {bad / 'p.jsonl'} (field question)" in card, card
+        assert f"calibration: held out | the 4 prompts after the first 8 of file {bad / 'p.jsonl'}" in card, card
         assert 'held-out agreement with the expert (%), all positions' in card and '| diagnosis 1 |' in card
         cfg = json.loads((out / d / 'surgery_config.json').read_text())
         assert cfg['domain'] == d and cfg['expert'] == str(zoo / d) and cfg['rho_l1'] > 0, cfg
@@ -266,7 +266,9 @@ def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
     code, said, err = run_cli(argv + ['--iters', '10', '--out', str(out)])
     assert code == 0, err[-2000:]
     card = load_card(out / 'math')
-    assert f"held out | the first 4 prompts of dataset {tmp_path / 'saved'} (split test, field text)" in card, card
+    assert (
+        f"calibration: held out | the first 4 prompts of dataset {tmp_path / 'saved'} (split test, field text)" in card
+    ), card
     # a folder of data files, read by datasets' json builder (offline)
     (tmp_path / 'files').mkdir()
     (tmp_path / 'files' / 'train.jsonl').write_text(''.join(json.dumps(dict(text=t)) + '\n' for t in texts))
