@@ -367,3 +367,15 @@ def test_all_modules_on_one_model(zoo, merged, bad, tmp_path):
             got[d] = model(**ids).logits
     assert not torch.equal(got['math'], got['code']) and not torch.equal(got['math'], plain)
     assert torch.equal(model(**ids).logits, plain)
+
+
+def test_help_shows_the_example_and_the_papers_defaults():
+    "darts correct --help: its example and every option's default (the paper's), without importing the library."
+    code, out, _ = run_cli(['correct', '--help'])
+    assert code == 0 and 'example:\n  darts correct' in out, out
+    for default in ('(default: position)', '(default: ewl1)', '(default: 16)', '(default: 500)', '(default: 0.001)'):
+        assert default in out, (default, out)
+    probe = "import sys; from darts_nb.cli import _parser; _parser(); "
+    probe += "print([m for m in ('torch', 'pandas') if m in sys.modules])"
+    r = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
+    assert r.stdout.strip() == '[]', r.stdout + r.stderr
