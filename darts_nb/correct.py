@@ -25,7 +25,7 @@ __all__ = ['KINDS', 'LOSSES', 'GROWS_P', 'MIN_HEADROOM', 'CorrectOptions', 'corr
            'options_from_flags', 'read_prompts', 'parse_assignments', 'CorrectionPlan', 'plan_correction',
            'checkpoint_tensors', 'lm_head_weight', 'head_shift', 'diagnose_pair', 'diagnosis_lines', 'plot_diagnosis',
            'train_module', 'held_out_scores', 'task_pairs', 'score_tasks', 'task_rows', 'card_scores',
-           'correction_summary', 'correct_merge', 'export_all', 'attach_corrections']
+           'correction_summary', 'check_out_dir', 'correct_merge', 'export_all', 'attach_corrections']
 
 # %% ../nbs/24_correct.ipynb #f42c054d
 KINDS = ('position', 'darts', 'standard', 'add', 'parallel')  # surgery.SURGERY_KINDS the command offers
@@ -83,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #0da0e79b
+# %% ../nbs/24_correct.ipynb #1686a2b2
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -354,7 +354,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #3c0a56b0
+# %% ../nbs/24_correct.ipynb #cbe6146f
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -435,7 +435,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #6ac624dc
+# %% ../nbs/24_correct.ipynb #7ae64430
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -469,7 +469,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #bd87c057
+# %% ../nbs/24_correct.ipynb #7d967c63
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -571,7 +571,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #f77bdb75
+# %% ../nbs/24_correct.ipynb #7a667fdb
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -600,7 +600,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #4bfc36d2
+# %% ../nbs/24_correct.ipynb #b5e811d2
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -746,7 +746,7 @@ def card_scores(
         out[f'relative distance from the expert: {r.part}'] = _num(r.distance)
     return dict(sorted(out.items()))
 
-# %% ../nbs/24_correct.ipynb #ad13a16a
+# %% ../nbs/24_correct.ipynb #0dde4ee4
 def _summary_row(
     d: str,  # the domain
     diag: dict,  # its diagnosis
@@ -760,6 +760,7 @@ def _summary_row(
         bias_rho=diag['trend']['spearman_rho'],
         bias_grows=diag['grows'],
         head_distance=heads.get('LM head', float('nan')),
+        norm_distance=heads.get('final norm', float('nan')),
         agree=100 * diag['agree'],
         oracle=100 * diag['oracle'],
     )
@@ -778,7 +779,32 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #796a2a55
+# %% ../nbs/24_correct.ipynb #c9774f95
+def check_out_dir(
+    out_dir,  # where `correct_merge` writes
+    domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (and DOMAIN-corrected/ with export)
+    options: CorrectOptions | None = None,  # diagnose_only, export
+) -> Path:
+    "`out_dir`, or a ValueError naming it when a folder it would write holds someone else's files."
+    from darts_nb.core import _refuse_foreign
+    from darts_nb.deploy import _refuse_replace
+    from darts_nb.surgery import _own_files
+
+    o, out = options or CorrectOptions(), Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir: expected a folder, got {str(out)!r} (a file)")
+    try:
+        for d in [] if o.diagnose_only else domains:
+            _refuse_foreign(out / d, _own_files(out / d), 'surgery module')
+            if o.export:
+                _refuse_replace(out / f'{d}-corrected')
+    except OSError as e:
+        raise ValueError(
+            f"out_dir: expected a new folder or an earlier output of darts correct, got {str(out)!r}: {e}"
+        ) from None
+    return out
+
+# %% ../nbs/24_correct.ipynb #8297b889
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -797,6 +823,7 @@ def correct_merge(
 
     plan = plan_correction(merged, experts, prompts, held_out=held_out, options=options, **kw)
     o, out = plan.options, Path(out_dir)
+    check_out_dir(out, list(plan.experts), options=o)
     dev = default_device(o.device)
     mh = lm_head_weight(plan.merged).to(dev)
     diags, modules, held, lines = {}, {}, {}, list(plan.notes)

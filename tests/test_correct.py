@@ -63,6 +63,8 @@ def bad(zoo, texts, tmp_path_factory):
     (tmp / 'empty.txt').write_text('\n\n')
     (tmp / 'short.txt').write_text('\n'.join(lines[:5]) + '\n')
     (tmp / 'long.txt').write_text('\n'.join(lines[:11] + [' '.join(lines)]) + '\n')
+    (tmp / 'mine' / 'math').mkdir(parents=True)
+    (tmp / 'mine' / 'math' / 'notes.txt').write_text('my notes')
     (tmp / 'p.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts))
     import datasets
 
@@ -162,6 +164,12 @@ def cases(zoo, merged, bad):
                 '--expert: expected DOMAIN=VALUE',
             ),
             (
+                "an output folder whose module folder holds the user's files",
+                dict(out_dir=bad / 'mine'),
+                ['--out', str(bad / 'mine')],
+                'out_dir: expected a new folder or an earlier output of darts correct, got',
+            ),
+            (
                 'a rank of 0',
                 dict(rank=0),
                 ['--rank', '0'],
@@ -201,6 +209,8 @@ def test_bad_inputs(zoo, merged, bad, no_model):
         base = dict(merged=merged, experts={'math': zoo / 'math'}, **small)
         if kw is not None:
             with pytest.raises((ValueError, FileNotFoundError), match='.') as e:
+                if 'out_dir' in kw:  # checked by correct_merge, still before any model loads
+                    correct_merge(**base, **kw, progress=False)
                 plan_correction(**{**base, **kw})
                 pytest.fail(f'not refused: {what}')
             assert words in str(e.value), (what, str(e.value))
@@ -209,6 +219,7 @@ def test_bad_inputs(zoo, merged, bad, no_model):
         assert code == 2, (what, code, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith('darts correct: error: ') and words in lines[0], (what, err)
+    assert (bad / 'mine' / 'math' / 'notes.txt').read_text() == 'my notes'
 
 
 def test_console_script_refuses_at_once(zoo, bad):
