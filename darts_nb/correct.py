@@ -83,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #1686a2b2
+# %% ../nbs/24_correct.ipynb #9134045b
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -151,19 +151,27 @@ def _jsonl_file(
         out.append(rec[field])
     return out
 
-# %% ../nbs/24_correct.ipynb #0235de8e
+# %% ../nbs/24_correct.ipynb #25ce5d0f
 def _dataset(
     source: str,  # a dataset folder (`save_to_disk`, or data files) or a dataset name in the local cache
     field: str | None,  # the column that holds the prompt
     split: str,  # the split
 ) -> tuple[list[str], str]:
-    "(the `field` column of the dataset's `split`, what it is): offline, from a folder or the local cache."
+    "(the `field` column of the dataset's `split`, what it is): offline, from a folder, the hub cache or datasets'."
     import datasets
 
+    from darts_nb.hub import is_hub_id, _cached_snapshot
+
     p = Path(source).expanduser()
+    snap = _cached_snapshot(str(source), 'dataset') if is_hub_id(source) else None
+    if snap is not None:  # a dataset repo in the hub cache (`hf download --repo-type dataset`): its files
+        p = snap
     saved = p.is_dir() and any((p / f).exists() for f in ('dataset_info.json', 'state.json', 'dataset_dict.json'))
     try:
-        ds = datasets.load_from_disk(str(p)) if saved else datasets.load_dataset(str(source), split=split)
+        if saved:
+            ds = datasets.load_from_disk(str(p))
+        else:
+            ds = datasets.load_dataset(str(p if snap is not None else source), split=split)
     except Exception as e:
         raise ValueError(
             f"prompts: expected a dataset folder or a dataset in the local cache, got {source!r} (split {split!r}): "
@@ -354,7 +362,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #cbe6146f
+# %% ../nbs/24_correct.ipynb #a7b222d3
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -435,7 +443,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #7ae64430
+# %% ../nbs/24_correct.ipynb #dc0b622e
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -469,7 +477,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #7d967c63
+# %% ../nbs/24_correct.ipynb #2edeeddf
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -571,7 +579,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #7a667fdb
+# %% ../nbs/24_correct.ipynb #3ea224af
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -600,7 +608,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #b5e811d2
+# %% ../nbs/24_correct.ipynb #3eb106f8
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -779,7 +787,7 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #c9774f95
+# %% ../nbs/24_correct.ipynb #e27d928e
 def check_out_dir(
     out_dir,  # where `correct_merge` writes
     domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (and DOMAIN-corrected/ with export)

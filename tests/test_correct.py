@@ -390,3 +390,30 @@ def test_help_shows_the_example_and_the_papers_defaults():
     probe += "print([m for m in ('torch', 'pandas') if m in sys.modules])"
     r = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
     assert r.stdout.strip() == '[]', r.stdout + r.stderr
+
+
+def test_hub_ids_from_the_local_cache(zoo, merged, texts, tmp_path, monkeypatch):
+    "The merge, an expert and the prompts named by hub id, found offline in the local hub cache (a rehearsed cache)."
+    from darts_nb.rehearsal import hub_put
+
+    cache = tmp_path / 'hub'
+    monkeypatch.setenv('HF_HUB_CACHE', str(cache))
+    hub_put(cache, 'me/my-merge', merged)
+    hub_put(cache, 'org/math-expert', zoo / 'math')
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'train.jsonl').write_text(''.join(json.dumps(dict(q=t)) + '\n' for t in texts))
+    hub_put(cache, 'me/my-prompts', tmp_path / 'data', repo_type='dataset')
+    out = tmp_path / 'fixed'
+    argv = ['correct', '--merged', 'me/my-merge', '--expert', 'math=org/math-expert', '--prompts', 'me/my-prompts']
+    code, said, err = run_cli(
+        argv + ['--field', 'q', '--n-calib', '8', '--n-held', '4', '--iters', '5', '--out', str(out)]
+    )
+    assert code == 0, err[-2000:]
+    cfg = json.loads((out / 'math' / 'surgery_config.json').read_text())
+    assert (cfg['merged_model'], cfg['expert']) == ('me/my-merge', 'org/math-expert'), cfg
+    assert (
+        'calibration: trained on | the first 8 prompts of dataset me/my-prompts (split train, field q)'
+        in (out / 'math' / 'README.md').read_text()
+    )
+    code, _, err = run_cli(argv[:3] + ['--expert', 'math=org/not-fetched'])
+    assert code == 2 and "experts['math']: expected a checkpoint folder or a hub id in the local cache" in err, err
