@@ -83,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #9134045b
+# %% ../nbs/24_correct.ipynb #225f9976
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -202,7 +202,7 @@ def _built_in(
     texts, _ = item_texts('toy', domain, calib_items(domain, n, seed=seed, split=split), split=split)
     return texts, f"the built-in {domain} domain ({split} split, seed {seed})"
 
-# %% ../nbs/24_correct.ipynb #8a1b3bb5
+# %% ../nbs/24_correct.ipynb #761cd38c
 def read_prompts(
     source,  # a .txt / .jsonl file, a dataset folder or name, a built-in domain, or a list of strings
     field: str | None = None,  # the JSONL field or dataset column of the prompt
@@ -238,6 +238,10 @@ def read_prompts(
             raise FileNotFoundError(f"{arg}: expected an existing prompt file, got {str(p)!r} (no such file)")
     if not texts:
         raise ValueError(f"{arg}: expected at least one prompt, got none in {what}")
+    if blank := [i for i, t in enumerate(texts) if not t.strip()]:
+        raise ValueError(
+            f"{arg}: expected prompts with text, got {len(blank)} empty one(s) in {what} (e.g. #{blank[0]})"
+        )
     if n is not None and len(texts) < n:
         raise ValueError(f"{arg}: expected at least {n} prompts, got {len(texts)} in {what}")
     return texts, what
@@ -362,7 +366,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #a7b222d3
+# %% ../nbs/24_correct.ipynb #0003c9fa
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -443,7 +447,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #dc0b622e
+# %% ../nbs/24_correct.ipynb #e3f3b053
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -477,7 +481,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #2edeeddf
+# %% ../nbs/24_correct.ipynb #4a69b3e5
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -579,7 +583,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #3ea224af
+# %% ../nbs/24_correct.ipynb #c2a04dca
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -608,7 +612,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #3eb106f8
+# %% ../nbs/24_correct.ipynb #be1799ab
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -787,7 +791,7 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #e27d928e
+# %% ../nbs/24_correct.ipynb #c4ee4cb2
 def check_out_dir(
     out_dir,  # where `correct_merge` writes
     domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (and DOMAIN-corrected/ with export)
@@ -812,7 +816,7 @@ def check_out_dir(
         ) from None
     return out
 
-# %% ../nbs/24_correct.ipynb #8297b889
+# %% ../nbs/24_correct.ipynb #2e09598e
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -845,6 +849,8 @@ def correct_merge(
             c = get_or_build_cache(plan.merged, expert, plan.held[d], max_len=o.max_len, device=dev, progress=progress)
             held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
     tasks = None
+    if o.tasks and not modules:
+        lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
     if o.tasks and modules:
         tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
         atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))

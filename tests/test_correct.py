@@ -63,6 +63,7 @@ def bad(zoo, texts, tmp_path_factory):
     (tmp / 'empty.txt').write_text('\n\n')
     (tmp / 'short.txt').write_text('\n'.join(lines[:5]) + '\n')
     (tmp / 'long.txt').write_text('\n'.join(lines[:11] + [' '.join(lines)]) + '\n')
+    (tmp / 'blank.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts[:11] + ['  ']))
     (tmp / 'mine' / 'math').mkdir(parents=True)
     (tmp / 'mine' / 'math' / 'notes.txt').write_text('my notes')
     (tmp / 'p.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts))
@@ -126,6 +127,12 @@ def cases(zoo, merged, bad):
                 dict(prompts=bad / 'p.jsonl'),
                 ['--prompts', str(bad / 'p.jsonl')],
                 'field: expected the JSONL field that holds the prompt (--field), got None',
+            ),
+            (
+                'an empty prompt in a JSONL file',
+                dict(prompts=bad / 'blank.jsonl', field='question'),
+                ['--prompts', str(bad / 'blank.jsonl'), '--field', 'question'],
+                "prompts['math']: expected prompts with text, got 1 empty one(s) in file",
             ),
             (
                 'a dataset field that does not exist',
