@@ -83,7 +83,7 @@ class CorrectOptions:
             raise ValueError(f'tasks: expected lm-eval task names (TASK or DOMAIN=TASK), got {self.tasks!r}')
         object.__setattr__(self, 'tasks', tuple(tasks))
 
-# %% ../nbs/24_correct.ipynb #225f9976
+# %% ../nbs/24_correct.ipynb #a239828d
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
@@ -202,7 +202,7 @@ def _built_in(
     texts, _ = item_texts('toy', domain, calib_items(domain, n, seed=seed, split=split), split=split)
     return texts, f"the built-in {domain} domain ({split} split, seed {seed})"
 
-# %% ../nbs/24_correct.ipynb #761cd38c
+# %% ../nbs/24_correct.ipynb #672ff694
 def read_prompts(
     source,  # a .txt / .jsonl file, a dataset folder or name, a built-in domain, or a list of strings
     field: str | None = None,  # the JSONL field or dataset column of the prompt
@@ -366,7 +366,7 @@ def _domain_prompts(
         held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
-# %% ../nbs/24_correct.ipynb #0003c9fa
+# %% ../nbs/24_correct.ipynb #83370e38
 def plan_correction(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
@@ -447,7 +447,7 @@ def _is_final_norm(name: str) -> bool:
     parts = name.split('.')
     return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
 
-# %% ../nbs/24_correct.ipynb #e3f3b053
+# %% ../nbs/24_correct.ipynb #d8c6bd78
 def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
@@ -481,7 +481,7 @@ def head_shift(
         rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
     return pd.DataFrame(rows)
 
-# %% ../nbs/24_correct.ipynb #4a69b3e5
+# %% ../nbs/24_correct.ipynb #8bc844b8
 GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
 MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
 
@@ -524,7 +524,7 @@ def diagnose_pair(
         tokens=int(np.asarray(cache.mask.cpu()).sum()),
     )
 
-# %% ../nbs/24_correct.ipynb #4ff280d9
+# %% ../nbs/24_correct.ipynb #3d1421be
 def diagnosis_lines(
     diag: dict,  # `diagnose_pair`'s result
     domain: str = '',  # the expert's domain, for the sentences
@@ -543,7 +543,8 @@ def diagnosis_lines(
     else:
         trend = (
             f"{who}the bias does not grow with position (Spearman rho {t['spearman_rho']:.2f}, p {t['p']:.2g}): "
-            f"DARTS' position table has little to add here; a standard module (kind='standard') corrects as much."
+            f"the premise of DARTS' position table does not hold on these prompts; a standard module "
+            f"(kind='standard') may do as well: compare the two on held-out prompts."
         )
     agree = f"{who}the merge picks the expert's next token at {100 * diag['agree']:.1f}% of {diag['tokens']} tokens"
     if diag['room']:
@@ -583,7 +584,7 @@ def plot_diagnosis(
     plt.close(fig)
     return fig
 
-# %% ../nbs/24_correct.ipynb #c2a04dca
+# %% ../nbs/24_correct.ipynb #c09872d2
 def train_module(
     cache,  # the calibration HiddenCache
     options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
@@ -612,7 +613,7 @@ def train_module(
     )
     return module
 
-# %% ../nbs/24_correct.ipynb #be1799ab
+# %% ../nbs/24_correct.ipynb #a4497a3f
 def held_out_scores(
     module,  # the trained module
     cache,  # the held-out HiddenCache
@@ -791,7 +792,7 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #c4ee4cb2
+# %% ../nbs/24_correct.ipynb #746e8c23
 def check_out_dir(
     out_dir,  # where `correct_merge` writes
     domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (and DOMAIN-corrected/ with export)
