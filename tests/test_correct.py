@@ -263,7 +263,7 @@ def test_command_from_jsonl(zoo, merged, bad, tmp_path):
 
 
 def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
-    "A dataset saved with save_to_disk (its train split, held out: its test split), and a folder of JSON data files."
+    "save_to_disk's dataset (train split; held out: its test split), exported too; and a folder of JSON data files."
     import datasets
 
     ds = datasets.DatasetDict(
@@ -281,9 +281,13 @@ def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
         str(tmp_path / 'saved'),
     ]
     argv += ['--field', 'text', '--split', 'train', '--held-out-split', 'test', '--n-calib', '8', '--n-held', '4']
-    code, said, err = run_cli(argv + ['--iters', '10', '--out', str(out)])
+    code, said, err = run_cli(argv + ['--iters', '10', '--export', '--out', str(out)])
     assert code == 0, err[-2000:]
     card = load_card(out / 'math')
+    exported = json.loads((out / 'math-corrected' / 'config.json').read_text())
+    assert exported['auto_map'] == {'AutoModelForCausalLM': 'modeling_darts.DartsForCausalLM'}, exported
+    same = (out / 'math-corrected' / 'darts_surgery' / 'surgery_model.safetensors').read_bytes()
+    assert same == (out / 'math' / 'surgery_model.safetensors').read_bytes()  # the module checked is the one built in
     assert (
         f"calibration: held out | the first 4 prompts of dataset {tmp_path / 'saved'} (split test, field text)" in card
     ), card
