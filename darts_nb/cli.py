@@ -15,7 +15,7 @@ from .options import EXECUTORS, add_option_flags, batch_size_arg, options_from_a
 
 # %% auto #0
 __all__ = ['CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery', 'cmd_eval', 'cmd_report',
-           'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'main']
+           'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'cmd_correct', 'main']
 
 # %% ../nbs/22_cli.ipynb #282bfa6a
 CHOICES = dict(  # the library's registries, by name (checked against them below)
@@ -57,6 +57,8 @@ EXAMPLES = {
     'report': 'darts report default',
     'run': 'darts run --profile toy --name demo --quick',
     'fetch': 'darts fetch --profile llama2-7b --dry-run',
+    'correct': 'darts correct --merged MERGE_DIR --expert math=EXPERT_DIR --prompts prompts.jsonl --field question '
+    '--out fixed',
     'lm-eval': 'darts lm-eval run --model darts --model_args pretrained=MERGE_DIR,surgery=MODULE_DIR '
     '--tasks darts_math --limit 20',
 }
@@ -138,6 +140,28 @@ def _run_flags(r: argparse.ArgumentParser) -> None:
         help=f'run only these, in registry order: {experiments} (default: all, or the quick ones with --quick)',
     )
 
+# %% ../nbs/22_cli.ipynb #4f4f870f
+def _correct_flags(c: argparse.ArgumentParser) -> None:
+    "darts correct's flags: the checkpoints, the prompts, and every field of `correct.CorrectOptions`."
+    from darts_nb.correct import add_correct_flags
+
+    c.add_argument(
+        '--merged', required=True, help='the merged checkpoint: a local folder or a hub id in the local cache'
+    )
+    c.add_argument('--expert', required=True, nargs='+', metavar='DOMAIN=CHECKPOINT', help='each expert and its domain')
+    c.add_argument(
+        '--prompts',
+        nargs='+',
+        default=None,
+        metavar='[DOMAIN=]SOURCE',
+        help='calibration prompts: a .txt (a prompt per line) or .jsonl file, a dataset folder or name, or a built-in '
+        'domain; one for every expert, or DOMAIN=SOURCE each (default: the built-in domains)',
+    )
+    held = 'held-out prompts, one source or DOMAIN=SOURCE each (default: the n_held prompts after the first n_calib)'
+    c.add_argument('--held-out', nargs='+', default=None, metavar='[DOMAIN=]SOURCE', help=held)
+    c.add_argument('--out', default='darts_correct', help='where the module folders, the figure and the summary go')
+    add_correct_flags(c)
+
 # %% ../nbs/22_cli.ipynb #74f991c5
 def _parser() -> argparse.ArgumentParser:
     "The `darts` command's parser (imports nothing heavy)."
@@ -161,6 +185,10 @@ def _parser() -> argparse.ArgumentParser:
         ),
         'eval': (_sub(sub, 'eval', 'score a checkpoint on the domains through lm-eval'), _eval_flags),
         'run': (_sub(sub, 'run', 'run the whole programme (resumable) and write the report'), _run_flags),
+        'correct': (
+            _sub(sub, 'correct', 'diagnose your own merge against its experts, train and check a module for each'),
+            _correct_flags,
+        ),
     }
     for parser, add_flags in scoring.values():
         add_flags(parser)
@@ -332,6 +360,21 @@ def cmd_lm_eval(a, ap):
 
     lm_eval_main(a.args)
 
+# %% ../nbs/22_cli.ipynb #946f1e2b
+def cmd_correct(a, ap):
+    "darts correct: diagnose a merge against its experts, train and check one module per expert, save them."
+    from darts_nb.correct import options_from_flags, parse_assignments
+
+    opts = options_from_flags(a)  # checked before the library's heavy part is imported
+    experts = parse_assignments(a.expert, '--expert')
+    if not isinstance(experts, dict):
+        raise ValueError(f"--expert: expected DOMAIN=CHECKPOINT, got {experts!r}")
+    prompts, held = parse_assignments(a.prompts, '--prompts'), parse_assignments(a.held_out, '--held-out')
+    from darts_nb.correct import correct_merge
+
+    correct_merge(a.merged, experts, prompts, held_out=held, out_dir=a.out, options=opts)
+    print(f'written to {a.out}')
+
 # %% ../nbs/22_cli.ipynb #510a617b
 COMMANDS = {
     'lm-eval': cmd_lm_eval,
@@ -342,6 +385,7 @@ COMMANDS = {
     'report': cmd_report,
     'run': cmd_run,
     'fetch': cmd_fetch,
+    'correct': cmd_correct,
 }
 
 # %% ../nbs/22_cli.ipynb #f48d1bbf
