@@ -75,7 +75,7 @@ def test_help_and_version_need_none_of_the_library():
     assert r.returncode == 0 and r.stdout.strip() == f'darts_nb {__version__}'
 
 
-@pytest.mark.parametrize('cmd', ['zoo', 'merge', 'surgery', 'eval', 'report', 'run', 'fetch', 'lm-eval'])
+@pytest.mark.parametrize('cmd', ['zoo', 'merge', 'surgery', 'eval', 'report', 'run', 'fetch', 'lm-eval', 'correct'])
 def test_every_subcommand_shows_an_example_and_its_defaults(cmd):
     code, out, _ = run_main([cmd, '--help'])
     assert code == 0 and f'example:\n  darts {cmd}' in out
