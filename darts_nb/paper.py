@@ -415,6 +415,25 @@ def _plot_seeds(long: pd.DataFrame, path: Path) -> Path:
     plt.close(fig)
     return path
 
+# %% ../nbs/18_paper.ipynb #9bb31b35
+def _paper_test(
+    long: pd.DataFrame,  # the seed study's long frame (method, seed, task, score)
+    chosen: str,  # the test the Shapiro-Wilk rule chose
+) -> str:
+    "The paper's Mann-Whitney U on the same per-seed averages, as a sentence, when the rule chose another test."
+    if chosen == 'mannwhitneyu':
+        return ''
+    from scipy import stats as sps
+    from darts_nb.stats import seed_means
+
+    m = seed_means(long)
+    x, y = (m.loc[m.method == v, 'score'].to_numpy(dtype=float) for v in ('DARTS', 'Standard + L1'))
+    r = sps.mannwhitneyu(x, y, alternative='two-sided', method='exact')
+    return (
+        " The paper's test on the same averages, Mann-Whitney U (exact, two-sided): "
+        f'U = {r.statistic:.1f}, p = {r.pvalue:.3g}.'
+    )
+
 # %% ../nbs/18_paper.ipynb #e0b1c2e2
 def _significance(long: pd.DataFrame) -> tuple[list[str], list[str]]:
     "Section 6.2 and appendix I as notes, and their claims."
@@ -432,6 +451,7 @@ def _significance(long: pd.DataFrame) -> tuple[list[str], list[str]]:
             f'**DARTS {rel} Standard + L1, {name} = {c.statistic:.2f}, p = {c.p_two_sided:.3g}** (two-sided; '
             f'mean difference {c.mean_diff:+.2f} pp). Paper: DARTS W = 0.80, p = 0.059; '
             'Standard W = 0.77, p = 0.034; DARTS > Standard, Mann-Whitney U = 36.0, p = 0.002.'
+            + _paper_test(long, c.test)
         )
         claims.append(
             claim(

@@ -18,8 +18,7 @@ import torch
 from .core import atomic_write, check_choice
 from .stats import VERDICTS
 from .domains import DOMAINS
-from .merge import QUICK
-from .runs import Run, DARTS, PAPER_SEEDS, recorded
+from .runs import Run, DARTS, PAPER_SEEDS, recorded, sweep_grid, sweep_basis
 from .store import StoreError
 
 # %% auto #0
@@ -205,7 +204,12 @@ def config_lines(
     tpath = run.dir / 'timings.json'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     dev = run.device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    sweep = "the quick sweep " + ", ".join(QUICK) if run.quick else "the full sweep grid"
+    merges = list(sweep_grid(run))
+    sweep = (
+        f"the quick sweep {', '.join(merges)} ({sweep_basis(run)})"
+        if run.quick
+        else f'the full sweep grid ({len(merges)} merges)'
+    )
     lines = [
         '## Configuration',
         '',

@@ -132,11 +132,17 @@ def public_names(module: str) -> list[str]:
     return []
 
 
+def mixes_imports(tree: ast.Module) -> bool:
+    "Whether a lesson cell has top-level imports beside other code: nbdev's docs processing runs such a cell whole."
+    kinds = [isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body]
+    return any(kinds) and not all(kinds)
+
+
 def notebook_report(nb: Path) -> dict:
     "One notebook's definitions per export cell, and its public names with and without a lesson."
     module = module_of(nb)
-    crowded, callables, used = [], set(), set()
-    for src in code_cells(nb):
+    crowded, callables, used, mixed = [], set(), set(), []
+    for i, src in enumerate(code_cells(nb)):
         tree = parse(src)
         if is_export(src):
             defs = definitions(tree)
@@ -146,10 +152,12 @@ def notebook_report(nb: Path) -> dict:
             callables |= {d.name for d in defs if is_patch(d)}
         else:
             used |= used_names(tree)
+            if mixes_imports(tree):
+                mixed.append(i)
     names = public_names(module) if module else []
     names += sorted(n for n in callables if n not in names)
     missing = [n for n in names if n not in used]
-    return dict(module=module, crowded=crowded, names=names, callables=callables, missing=missing)
+    return dict(module=module, crowded=crowded, names=names, callables=callables, missing=missing, mixed=mixed)
 
 
 def long_lines(path: Path) -> list[int]:
@@ -198,6 +206,11 @@ def main(argv=None) -> int:
         r = notebook_report(nb)
         for names in r['crowded']:
             errs.append(f'{nb.name}: an export cell defines {len(names)} things ({", ".join(names)}); one per cell')
+        if r['mixed']:
+            errs.append(
+                f"{nb.name}: code cells {r['mixed']} mix imports with other code (the docs build runs them whole: "
+                'put the imports in a cell of their own)'
+            )
         if bare := [n for n in r['missing'] if n in r['callables']]:
             errs.append(f'{nb.name}: public functions or classes without a lesson in their notebook: {bare}')
         total += len(r['names'])
