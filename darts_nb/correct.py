@@ -6,7 +6,6 @@ Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
 # %% ../nbs/24_correct.ipynb #da45ed13
 from __future__ import annotations
-import difflib
 import json
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import check_choice, check_int, check_number, atomic_write
 from .domains import DOMAINS
-from .options import option
+from .options import option, check_fields
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
@@ -89,13 +88,7 @@ def correct_options(
     **kw,  # any field of `CorrectOptions`, over `options`
 ) -> CorrectOptions:
     "The options of a correction: `options` with the keywords `kw` over it."
-    known = [f.name for f in fields(CorrectOptions)]
-    for k in kw:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            raise TypeError(
-                f"{k!r} is not an option of correct_merge" + (f"; did you mean {' or '.join(near)}?" if near else '')
-            )
+    check_fields(kw, CorrectOptions, 'an option of correct_merge')
     if options is not None and not isinstance(options, CorrectOptions):
         raise TypeError(f'options: expected a CorrectOptions or None, got {type(options).__name__}')
     return replace(options or CorrectOptions(), **kw)

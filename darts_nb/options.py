@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from .core import check_choice, check_int
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'PROFILE_HELP', 'option', 'device_arg', 'batch_size_arg', 'check_run_name', 'RunOptions', 'run_options',
-           'add_option_flags', 'options_from_args']
+__all__ = ['EXECUTORS', 'PROFILE_HELP', 'option', 'device_arg', 'batch_size_arg', 'check_run_name', 'RunOptions', 'check_fields',
+           'run_options', 'add_option_flags', 'options_from_args']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
@@ -118,6 +118,19 @@ class RunOptions:
             check_int(self.batch_size, 'batch_size', none=True)
         check_choice(self.executor, EXECUTORS, 'executor')
 
+# %% ../nbs/15_options.ipynb #0a368425
+def check_fields(
+    kw: dict,  # keywords given
+    cls: type,  # the options dataclass they should be fields of
+    what: str,  # what a field is, for the message ('a run option')
+) -> None:
+    "A TypeError naming the first keyword that is not a field of `cls`, and the nearest fields."
+    known = [f.name for f in fields(cls)]
+    for k in kw:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=2)
+            raise TypeError(f"{k!r} is not {what}" + (f"; did you mean {' or '.join(near)}?" if near else ''))
+
 # %% ../nbs/15_options.ipynb #e1af47e6
 def run_options(
     profile: str | dict | RunOptions = 'toy',  # a profile, or a whole `RunOptions` (then keywords override it)
@@ -125,11 +138,7 @@ def run_options(
     **kwargs,  # any other field of `RunOptions`
 ) -> RunOptions:
     "The options of a run, from a `RunOptions` or from a profile and keywords."
-    known = [f.name for f in fields(RunOptions)]
-    for k in kwargs:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            raise TypeError(f"{k!r} is not a run option" + (f"; did you mean {' or '.join(near)}?" if near else ''))
+    check_fields(kwargs, RunOptions, 'a run option')
     if name is not None:
         kwargs['name'] = name
     if isinstance(profile, RunOptions):
