@@ -5,11 +5,11 @@ from darts_nb.runs import make_run, run_dir, stage_sweep, sweep_table, merges_di
 from darts_nb.merge import is_finished
 
 
-def test_sweep_without_keeping_merges(monkeypatch):
+def test_sweep_without_keeping_merges():
     shutil.rmtree(run_dir('test-delete-merges'), ignore_errors=True)
-    run = make_run('ci', 'test-delete-merges', quick=True, eval_limit=2, keep_merges=False)
+    # two merges at a time on disk, scored in worker processes
+    run = make_run('ci', 'test-delete-merges', quick=True, eval_limit=2, keep_merges=False, workers=2)
     shutil.rmtree(merges_dir(run), ignore_errors=True)  # this run's merges are made here, not reused
-    monkeypatch.setattr(run, 'workers', 2)  # two merges at a time on disk, scored in worker processes
     try:
         stage_sweep(run)
         t = sweep_table(run)
