@@ -38,17 +38,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from darts_nb.cost import LLAMA2_7B
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-LLAMA2_7B = dict(
-    hidden_size=4096,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=32,
-    intermediate_size=11008,
-    vocab_size=32000,
-)
 SHAPES = {
     'tiny': dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=344),
     'medium': dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, intermediate_size=2816),
@@ -69,7 +62,6 @@ def configs(shape: str):
     base['num_key_value_heads'] = base['num_attention_heads']
     common = dict(
         rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 import torch
+from darts_nb.cost import LLAMA2_7B as LLAMA2_7B_SIZE
 
 # The paper's Table 8 (A100 80 GB; Llama-2-7B merged model, Llama-2-7B-Code target; 50 prompts, T_max 512, batch 8,
 # 500 iterations, rank 16), as written there: phase -> (Standard, DARTS).
@@ -57,16 +58,8 @@ GEN_ROWS = {
     'gen_ratio': 'generate ratio (attached / plain)',
 }
 
-LLAMA2_7B = dict(
-    hidden_size=4096,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=32,
-    intermediate_size=11008,
-    vocab_size=32000,
-    max_position_embeddings=4096,
-    rope_theta=10000.0,
-)
+# Llama-2-7B's sizing fields (one definition, in darts_nb.cost) and the two that generation needs
+LLAMA2_7B = {**LLAMA2_7B_SIZE, 'max_position_embeddings': 4096, 'rope_theta': 10000.0}
 CODE_QUIRKS = dict(vocab_size=32016, max_position_embeddings=16384, rope_theta=1000000.0)  # Code Llama 7B's differences
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, intermediate_size=172)
 TINY_DEFAULTS = dict(iters=20, prompts=16, max_len=64, new_tokens=16, gen_repeats=3)
@@ -81,7 +74,6 @@ def configs(tiny: bool):
     base = {**LLAMA2_7B, **(TINY if tiny else {})}
     common = dict(
         rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,

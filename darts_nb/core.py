@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 # %% auto #0
 __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'tiny_llama',
            'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json', 'save_dir',
-           'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook', 'check_int', 'check_number', 'check_choice']
+           'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json',
+           'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook',
+           'check_int', 'check_number', 'check_choice']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -334,6 +335,22 @@ def write_json(
     "Write `obj` as indented, key-sorted JSON to `path` atomically."
     return atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
+# %% ../nbs/00_core.ipynb #0d15f787
+def refuse_link_or_file(
+    path: Path,  # the folder a save would replace
+    arg: str,  # the argument that named it, for messages
+    expected: str,  # what a folder there should be, for messages
+    instead: str,  # what to do with the folder a link points to, e.g. 'export to'
+) -> None:
+    "Nothing, or the error for a folder to be replaced that is a symbolic link, or something other than a folder."
+    if path.is_symlink():
+        raise FileExistsError(
+            f"{arg}={str(path)!r}: is a symbolic link (to {os.readlink(path)!r}); refusing to replace it (the link "
+            f"would be lost): {instead} the folder it points to, or remove the link"
+        )
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{arg}={str(path)!r}: exists and is not a folder; expected {expected}")
+
 # %% ../nbs/00_core.ipynb #5b0c1a31
 def _refuse_foreign(
     path: Path,  # the folder a save would replace
@@ -341,13 +358,7 @@ def _refuse_foreign(
     what: str,  # what is saved, for messages
 ) -> None:
     "Nothing, or the error saying why `path` may not be replaced: a link, a file, or files the save did not write."
-    if path.is_symlink():
-        raise FileExistsError(
-            f"path={str(path)!r}: is a symbolic link (to {os.readlink(path)!r}); refusing to replace it with a "
-            f"folder (the link would be lost): save the {what} to the folder it points to, or remove the link"
-        )
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(f"path={str(path)!r}: exists and is not a folder; expected the folder of a {what}")
+    refuse_link_or_file(path, 'path', expected=f'the folder of a {what}', instead=f'save the {what} to')
     foreign = []
     for name in sorted(os.listdir(path)) if path.is_dir() else []:
         try:

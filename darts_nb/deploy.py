@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers.modeling_utils import load_state_dict
 from transformers.utils import cached_file
-from .core import atomic_path, _open_at, _read_at
+from .core import atomic_path, refuse_link_or_file, _open_at, _read_at
 from .surgery import SurgeryModule, attach_surgery, detach_surgery, surgery_of, save_surgery
 from .surgery import SURGERY_KINDS, CONFIG, WEIGHTS, CARD, read_surgery_config, _parse_config
 from .surgery import _hook_surgery, _module_from_state, _read_weights, _yaml_scalar, _md
@@ -304,13 +304,7 @@ def _refuse_replace(
     out: Path,  # the folder an export is about to replace
 ) -> None:
     "Nothing, or the error saying why `out` is not an earlier export holding only what that export wrote."
-    if out.is_symlink():
-        raise FileExistsError(
-            f"out_dir={str(out)!r}: is a symbolic link (to {os.readlink(out)!r}); refusing to replace it (the link "
-            f"would be lost): export to the folder it points to, or remove the link"
-        )
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"out_dir={str(out)!r}: exists and is not a folder; expected a checkpoint folder")
+    refuse_link_or_file(out, 'out_dir', expected='a checkpoint folder', instead='export to')
     held = sorted(os.listdir(out)) if out.is_dir() else []
     if not held:
         return

@@ -63,7 +63,8 @@ def entropy_weights(
     if entropy.shape != m.shape:
         raise ValueError(f"entropy: expected shape {tuple(m.shape)}, got {tuple(entropy.shape)}")
     e = entropy[m].float()
-    if (e < 0).any() or not torch.isfinite(e).all():
+    lo, hi = e.aminmax() if e.numel() else (e.new_zeros(()), e.new_zeros(()))
+    if not (lo >= 0 and hi.isfinite()):  # one reduction: NaN fails both comparisons
         raise ValueError("entropy: expected finite non-negative values at real positions")
     mu = e.mean()
     return torch.ones_like(e) if mu == 0 else e / mu

@@ -16,7 +16,7 @@ from .bias import token_bias
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['batch_order', 'zero_pads', 'train_surgery', 'l1_reduction', 'token_agreement', 'argmax_agreement']
+__all__ = ['batch_order', 'zero_pads', 'all_finite', 'train_surgery', 'l1_reduction', 'token_agreement', 'argmax_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -105,6 +105,14 @@ def _diverged(step, iters, *, value, lr, loss, what):
         f"training diverged and is stopped; try a smaller lr"
     )
 
+# %% ../nbs/07_train.ipynb #f137a7d9
+def all_finite(
+    tensors: list[torch.Tensor],  # e.g. a module's parameters
+) -> bool:
+    "Whether every element of every tensor is finite (no NaN, no inf)."
+    peaks = [t.detach().abs().amax() for t in tensors if t.numel()]
+    return not peaks or bool(torch.stack(peaks).isfinite().all())
+
 # %% ../nbs/07_train.ipynb #92809885
 def train_surgery(
     module: torch.nn.Module,  # a surgery module: forward(h, positions) -> corrected h
@@ -139,7 +147,7 @@ def train_surgery(
         if not math.isfinite(hist[-1]):
             raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='the loss is not finite')
         opt.step()
-        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+        if not all_finite(params):
             raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='a parameter became NaN or inf')
         if step % 10 == 0:
             bar.set_postfix(loss=f'{hist[-1]:.4g}')
