@@ -105,9 +105,21 @@ if not torch.cuda.is_available():
     BAD['cuda on a CPU machine'] = (['eval', '--model', 'x', '--device', 'cuda'], 2, NO_CUDA)
 
 
+def made(*args, **kwargs):
+    "Stands in for what a refused argument must never reach: a run made, a zoo built."
+    raise AssertionError('a bad argument got as far as making a run or building a zoo')
+
+
 @pytest.mark.parametrize('case', list(BAD))
 def test_bad_argument_is_named(case, tmp_path, monkeypatch):
+    import darts_nb.experiments
+    import darts_nb.runs
+    import darts_nb.zoo
+
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
+    for module in (darts_nb.runs, darts_nb.experiments):
+        monkeypatch.setattr(module, 'make_run', made)
+    monkeypatch.setattr(darts_nb.zoo, 'build_zoo', made)
     argv, status, says = BAD[case]
     code, out, err = run_main(argv)
     assert code == status and says in err, (code, err[-500:])
@@ -117,9 +129,15 @@ def test_bad_argument_is_named(case, tmp_path, monkeypatch):
 
 
 PROBE = '''
-import contextlib, io, json, os, sys
+import contextlib, io, json, os, signal, sys
 from darts_nb.cli import main
 
+
+def late(*args):
+    raise TimeoutError('no refusal within 60 s: the command went on to the work')
+
+
+signal.signal(signal.SIGALRM, late)
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():  # each case in a child of this process: nothing heavy yet
     r, w = os.pipe()
@@ -127,11 +145,14 @@ for name, argv in json.loads(sys.argv[1]).items():  # each case in a child of th
     if pid == 0:
         os.close(r)
         err = io.StringIO()
+        signal.alarm(60)  # a refusal is quick: one that is not has gone on to the work
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
                 code = main(argv)
             except SystemExit as e:
                 code = e.code
+            except BaseException as e:
+                code = f'{type(e).__name__}: {e}'
         heavy = [m for m in ('torch', 'transformers', 'mergekit') if m in sys.modules]
         os.write(w, json.dumps(dict(code=code, heavy=heavy, err=err.getvalue())).encode())
         os._exit(0)
