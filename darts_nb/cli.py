@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
-from .core import LineLog, check_int, default_device, in_notebook
-from .options import EXECUTORS, add_option_flags, batch_size_arg, options_from_args
+from pathlib import Path
+from .core import LineLog, check_int, check_number, default_device, in_notebook
+from .options import EXECUTORS, add_option_flags, batch_size_arg, check_judge_settings, options_from_args
 
 # %% auto #0
-__all__ = ['CHOICES', 'EXAMPLES', 'COMMANDS', 'cmd_zoo', 'cmd_merge', 'surgery_summary', 'cmd_surgery', 'cmd_eval', 'cmd_report',
-           'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'cmd_correct', 'main']
+__all__ = ['CHOICES', 'EXAMPLES', 'MERGE_NAME', 'COMMANDS', 'grid_names', 'check_merge_names', 'cmd_zoo', 'cmd_merge',
+           'surgery_summary', 'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval',
+           'cmd_correct', 'main']
 
 # %% ../nbs/22_cli.ipynb #282bfa6a
 CHOICES = dict(  # the library's registries, by name (checked against them below)
@@ -219,24 +222,93 @@ def _check_counts(ap: argparse.ArgumentParser, **vals) -> None:
             except ValueError as e:
                 ap.error(str(e))
 
+# %% ../nbs/22_cli.ipynb #c8e0d366
+def _check_lr(
+    ap: argparse.ArgumentParser,  # the parser that refuses
+    lr: float,  # the learning rate given
+    flag: str = '--lr',  # its flag, for the message
+) -> None:
+    "Refuse, through argparse (exit 2), a learning rate outside (0, 1]."
+    try:
+        check_number(lr, flag, lo=0, hi=1, lo_open=True)
+    except ValueError as e:
+        ap.error(str(e))
+
+# %% ../nbs/22_cli.ipynb #18221ed7
+MERGE_NAME = re.compile(  # the form of every name of merge.sweep_configs' grid (a grid value is written 0.5, 1.0)
+    r'ta-\d+\.\d+|linear-(?:equal|[A-Za-z0-9][\w.-]*?(?:\+[A-Za-z0-9][\w.-]*?)?\d+\.\d+)'
+    r'|ties-(?:w\d+\.\d+-d\d+\.\d+|[A-Za-z0-9][\w.-]*?\d+\.\d+-rest\d+\.\d+-d\d+\.\d+)'
+    r'|dare_(?:ties|linear)-w\d+\.\d+-d\d+\.\d+'
+)
+
+# %% ../nbs/22_cli.ipynb #5186e127
+def _check_merge_forms(
+    ap: argparse.ArgumentParser,  # the parser that refuses
+    names: list[str] | None,  # configuration names given (None: none)
+    flag: str,  # their flag, for the message
+) -> None:
+    "Refuse, through argparse (exit 2), a name that does not have the form of a sweep configuration's name."
+    for n in names or []:
+        if not MERGE_NAME.fullmatch(n):
+            forms = 'ta-L, linear-equal, linear-DOMAINs, ties-wW-dD, ties-DOMAINw-restW-dD, dare_ties|dare_linear-wW-dD'
+            ap.error(f'{flag}: expected a sweep configuration name ({forms}; e.g. ta-0.5), got {n!r}')
+
+# %% ../nbs/22_cli.ipynb #34ab90fe
+def grid_names(
+    profile: str | dict,  # a profile (`zoo.get_profile`): a built-in zoo, 'llama2-7b', a dict or a YAML file
+) -> list[str]:
+    "The configuration names of the profile's merge grid, from its domains alone (nothing is built or loaded)."
+    from darts_nb.domains import DOMAINS
+    from darts_nb.merge import sweep_configs
+    from darts_nb.runs import canonical_experts
+    from darts_nb.zoo import profile_refs
+
+    named = (
+        isinstance(profile, str) and profile != 'llama2-7b' and Path(profile).suffix not in ('.yaml', '.yml', '.json')
+    )
+    # a built-in zoo has every domain (any other name is refused when the run is made); a profile's file, its own
+    domains = list(DOMAINS) if named else [r for r in profile_refs(profile)[1] if r != 'base']
+    experts = canonical_experts({d: f'/{d}' for d in domains})  # the names depend on the domains only
+    return list(sweep_configs('/base', experts))
+
+# %% ../nbs/22_cli.ipynb #575f4029
+def check_merge_names(
+    names: list[str] | None,  # configuration names given (None: the whole sweep)
+    profile: str | dict,  # the run's profile
+    flag: str,  # their flag, for the message
+) -> None:
+    "A ValueError naming the flag, the name and the nearest names of the profile's grid, for a name not in it."
+    import difflib
+
+    known = grid_names(profile) if names else []
+    for n in names or []:
+        if n not in known:
+            near = difflib.get_close_matches(n, known, n=3, cutoff=0.5) or known[:3]
+            raise ValueError(
+                f"{flag}: expected one of the {len(known)} configurations of the sweep grid ({', '.join(near)}, ...), "
+                f'got {n!r}'
+            )
+
 # %% ../nbs/22_cli.ipynb #ca78c300
 def cmd_zoo(a, ap):
     "darts zoo: build the zoo, optionally print its Table 2."
+    _check_counts(ap, limit=a.limit)
     from darts_nb.zoo import main as zoo_main
 
-    _check_counts(ap, limit=a.limit)
     argv = ['--size', a.size] + (['--table'] if a.table else []) + (['--limit', str(a.limit)] if a.limit else [])
     zoo_main(argv)
 
 # %% ../nbs/22_cli.ipynb #11090c13
 def cmd_merge(a, ap):
     "darts merge: merge the sweep (or --only names); with --score, score the merges into run --name."
+    opts = options_from_args(a)  # checked before the library's heavy part is imported
+    _check_merge_forms(ap, a.only, '--only')
     from dataclasses import replace
     from darts_nb.runs import Run, make_run, stage_merges, score_merges, sweep_table
     from darts_nb.inputs import models_key
     from darts_nb.zoo import get_profile
 
-    opts = options_from_args(a)
+    check_merge_names(a.only, opts.profile, '--only')  # before the zoo is built or the run made
     if a.score:
         run = make_run(opts)
     else:
@@ -291,16 +363,22 @@ def surgery_summary(
 def cmd_surgery(a, ap):
     "darts surgery: one arm on one (merge, domain), beside the merge without surgery."
     _check_counts(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
+    _check_lr(ap, a.lr)
+    _check_merge_forms(ap, [a.merge], '--merge')
     from darts_nb.runs import Arm, NONE, make_run, open_run, run_arm, run_dir, stage_merges
 
+    check_merge_names([a.merge], a.profile, '--merge')  # a typo leaves no runs/NAME/run.json behind
+    arm = Arm(kind=a.kind, loss=a.loss, rank=a.rank, lr=a.lr, iters=a.iters, calib_n=50, seed=a.seed)
     old = open_run(a.name) if (run_dir(a.name) / 'run.json').exists() else None  # into an existing run: its settings
     quick = old.quick if old else False
     limit = a.eval_limit if a.eval_limit is not None or not old else old.eval_limit
     run = make_run(a.profile, a.name, quick=quick, eval_limit=limit, device=a.device)
     stage_merges(run, [a.merge])
-    arm = Arm(kind=a.kind, loss=a.loss, rank=a.rank, lr=a.lr, iters=a.iters, calib_n=50, seed=a.seed)
     base = run_arm(run, a.merge, a.domain, arm=NONE)
-    after = run_arm(run, a.merge, a.domain, arm=arm)
+    try:
+        after = run_arm(run, a.merge, a.domain, arm=arm)
+    except FloatingPointError as e:  # a rate within the range that still diverges: the flag and value said
+        raise FloatingPointError(f'--lr {a.lr}: {e}') from None
     print(surgery_summary(run, a.merge, a.domain, arm=arm, base=base, after=after))
     print(f'module saved in {run_dir(a.name) / "surgery" / a.merge / a.domain / arm.dirname}')
 
@@ -308,11 +386,13 @@ def cmd_surgery(a, ap):
 def cmd_eval(a, ap):
     "darts eval: score a checkpoint through lm-eval."
     _check_counts(ap, limit=a.limit)
-    from darts_nb.zoo import load_model
     from darts_nb.hub import resolve_model
+
+    path = resolve_model(a.model)  # a missing checkpoint: said before the library's heavy part is imported
+    from darts_nb.zoo import load_model
     from darts_nb.evaluate import evaluate_model
 
-    m, t = load_model(resolve_model(a.model), device=a.device)
+    m, t = load_model(path, device=a.device)
     scores = evaluate_model(m, t, domains=a.domains, profile=a.tasks, limit=a.limit, batch_size=a.batch_size)
     print(scores.to_string(index=False))
 
@@ -336,6 +416,7 @@ def cmd_report(a, ap):
 def cmd_run(a, ap):
     "darts run: the whole programme, then the report."
     options = options_from_args(a)  # checked before the library's heavy part is imported
+    check_judge_settings(options.judge)  # and the judge, before any model loads or generates
     from darts_nb.experiments import run_all
 
     run_all(options, only=a.only)  # prints where the report is
@@ -343,13 +424,17 @@ def cmd_run(a, ap):
 # %% ../nbs/22_cli.ipynb #7ef93bee
 def cmd_fetch(a, ap):
     "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much)."
-    from darts_nb.zoo import ZOO_SIZES, profile_refs
-    from darts_nb.hub import fetch, is_hub_id
-
-    if a.profile in ZOO_SIZES:
+    if a.profile in CHOICES['size']:  # checked before the library's heavy part is imported
         raise ValueError(
             f'--profile {a.profile}: the built-in zoo is built here (darts zoo), there is nothing to fetch'
         )
+    if a.profile != 'llama2-7b' and not Path(a.profile).expanduser().is_file():
+        raise FileNotFoundError(
+            f"--profile: expected 'llama2-7b' or a YAML file whose models are hub ids, got {a.profile!r} (no such file)"
+        )
+    from darts_nb.zoo import profile_refs
+    from darts_nb.hub import fetch, is_hub_id
+
     _, refs, _ = profile_refs(a.profile)
     fetch({r: v for r, v in refs.items() if is_hub_id(v)}, dry_run=a.dry_run)
 
@@ -358,11 +443,12 @@ def cmd_lm_eval(a, ap):
     "darts lm-eval: lm-eval's command line with the `darts` model registered and the package's tasks included."
     from darts_nb.lm_eval import main as lm_eval_main
 
-    lm_eval_main(a.args)
+    return lm_eval_main(a.args, prog='darts lm-eval')  # its errors: one line and exit status 2
 
 # %% ../nbs/22_cli.ipynb #946f1e2b
 def cmd_correct(a, ap):
     "darts correct: diagnose a merge against its experts, train and check one module per expert, save them."
+    _check_lr(ap, a.lr)
     from darts_nb.correct import options_from_flags, parse_assignments
 
     opts = options_from_flags(a)  # checked before the library's heavy part is imported

@@ -11,7 +11,7 @@ import sys
 import time
 from .core import write_json
 from fastcore.meta import delegates
-from .options import RunOptions
+from .options import RunOptions, check_judge_settings, run_options
 from .runs import Run, make_run
 from .cost import memory_plan
 from .report import Experiment, Section, write_report
@@ -117,7 +117,9 @@ def run_all(
 ) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     _check_names(only)
-    run = make_run(profile, name, **kwargs)
+    opts = run_options(profile, name, **kwargs)
+    check_judge_settings(opts.judge)  # before the run is made: a judge that cannot judge is said before any model
+    run = make_run(opts)
     if only is not None:
         _check_applies(run, only)
     print(memory_plan(run.profile, run.device), flush=True)  # before any model loads: will it fit?

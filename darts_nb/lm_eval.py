@@ -6,26 +6,66 @@ Docs: https://darts-nb.github.io/darts_nb/lm_eval.html.md"""
 
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a003
 from __future__ import annotations
+import json
 import sys
+from pathlib import Path
 from .core import in_notebook
 
 # %% auto #0
-__all__ = ['darts_model_class', 'register_darts_model', 'main']
+__all__ = ['HF_MODELS', 'check_model_args', 'darts_model_class', 'register_darts_model', 'main']
+
+# %% ../nbs/12a_lm_eval.ipynb #cb37021a
+HF_MODELS = ('darts', 'hf', 'hf-auto', 'huggingface')  # lm-eval's models whose `pretrained` is a HF checkpoint
+
+# %% ../nbs/12a_lm_eval.ipynb #18b13bfe
+def check_model_args(
+    model: str | None,  # lm-eval's `--model`
+    model_args: dict | None,  # its `--model_args`, as lm-eval parsed them
+):
+    "The `darts` model's surgery module, checked against the checkpoint before either loads (None: no module)."
+    if model not in HF_MODELS or not isinstance(model_args, dict):
+        return None
+    from darts_nb.hub import is_hub_id
+
+    pre, folder = model_args.get('pretrained'), model_args.get('surgery')
+    if model == 'darts' and pre is None:
+        raise ValueError('pretrained: expected a checkpoint folder or a hub id in --model_args, got none')
+    cfg = Path(str(pre)).expanduser() / 'config.json' if isinstance(pre, (str, Path)) else None
+    if cfg is not None and not is_hub_id(pre) and not cfg.is_file():
+        why = 'no config.json in it' if cfg.parent.is_dir() else 'no such folder'
+        raise FileNotFoundError(f'pretrained: expected a checkpoint folder or a hub id, got {str(pre)!r} ({why})')
+    if folder is None:
+        return None
+    if model != 'darts':
+        raise ValueError(f'surgery: expected --model darts to attach a module, got --model {model}')
+    if not Path(str(folder)).expanduser().is_dir():
+        raise FileNotFoundError(
+            f'surgery: expected a module folder (surgery.save_surgery), got {str(folder)!r} (no such folder)'
+        )
+    from darts_nb.surgery import load_surgery
+
+    hidden = json.loads(cfg.read_text()).get('hidden_size') if cfg is not None and cfg.is_file() else None
+    try:
+        return load_surgery(Path(str(folder)).expanduser(), expect_hidden=hidden)
+    except (ValueError, FileNotFoundError) as e:
+        raise type(e)(f'surgery={str(folder)!r}: {e}') from None
 
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a005
 def darts_model_class():
     "lm-eval's HF model with a surgery module attached (`surgery=<folder>` in `--model_args`), defined on first use."
     from lm_eval.models.huggingface import HFLM
-    from darts_nb.surgery import attach_surgery, load_surgery
+    from darts_nb.surgery import attach_surgery
 
     class DartsLM(HFLM):
         "A Hugging Face causal LM for lm-eval, corrected by a DARTS surgery module when `surgery` is given."
 
         def __init__(self, pretrained, surgery: str | None = None, **kwargs):
+            args = dict(pretrained=pretrained, surgery=surgery or None)
+            module = check_model_args('darts', args)  # before the checkpoint loads
             super().__init__(pretrained=pretrained, **kwargs)
-            self.surgery = load_surgery(surgery) if surgery else None
-            if self.surgery is not None:
-                attach_surgery(self.model, self.surgery)
+            self.surgery = module
+            if module is not None:
+                attach_surgery(self.model, module)
 
     return DartsLM
 
@@ -37,33 +77,46 @@ def register_darts_model() -> None:
     if 'darts' not in model_registry:
         model_registry.register('darts')(darts_model_class())
 
+# %% ../nbs/12a_lm_eval.ipynb #a441399e
+def _prepare() -> None:
+    "Register the `darts` model, set lm-eval's logging, and keep git and the environment quiet (once per process)."
+    from lm_eval.utils import setup_logging
+    import lm_eval.evaluator
+    from darts_nb.evaluate import _git_hash_once, _env_info_once
+
+    register_darts_model()
+    setup_logging()
+    # no git noise outside a repo, the environment collected once
+    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
+    lm_eval.evaluator.add_env_info = _env_info_once
+
 # %% ../nbs/12a_lm_eval.ipynb #d15e51db
 def main(
     argv: list[str] | None = None,  # lm-eval's arguments (default: sys.argv[1:])
+    prog: str = 'python -m darts_nb.lm_eval',  # the command, for the error line
 ) -> int:
     "lm-eval's command line, with the `darts` model registered and the package's tasks on the include path."
     from lm_eval._cli import HarnessCLI
-    from lm_eval.utils import setup_logging
-    import lm_eval.evaluator
-    from darts_nb.evaluate import tasks_dir, _git_hash_once, _env_info_once
+    from darts_nb.evaluate import tasks_dir
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # `run`, or its legacy form (options only)
     runs = argv[:1] == ['run'] or (argv[:1] and argv[0].startswith('--') and argv[0] not in ('-h', '--help'))
     if runs and not any(a.startswith('--include_path') for a in argv):
         argv += ['--include_path', str(tasks_dir())]
-    register_darts_model()
-    setup_logging()
-    # no git noise outside a repo, the environment collected once
-    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
-    lm_eval.evaluator.add_env_info = _env_info_once
     cli, old = HarnessCLI(), sys.argv
     sys.argv = ['lm-eval', *argv]  # HarnessCLI reads sys.argv itself
     try:
         args = cli.parse_args()
     finally:
         sys.argv = old
-    cli.execute(args)
+    try:
+        check_model_args(getattr(args, 'model', None), getattr(args, 'model_args', None))  # before anything loads
+        _prepare()
+        cli.execute(args)
+    except (ValueError, FileNotFoundError) as e:  # bad input, said by name: one line, no traceback
+        print(f'{prog}: error: {e}', file=sys.stderr)
+        return 2
     return 0
 
 # %% ../nbs/12a_lm_eval.ipynb #d1e2a006

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from .core import check_choice, check_int
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'PROFILE_HELP', 'option', 'device_arg', 'batch_size_arg', 'check_run_name', 'RunOptions', 'check_fields',
-           'run_options', 'add_option_flags', 'options_from_args']
+__all__ = ['EXECUTORS', 'PROFILE_HELP', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg', 'check_run_name', 'RunOptions',
+           'check_fields', 'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
@@ -173,3 +173,63 @@ def options_from_args(
     "The `RunOptions` that parsed command-line arguments describe (fields absent from `args` keep their defaults)."
     given = {f.name: getattr(args, f.name) for f in fields(RunOptions) if hasattr(args, f.name)}
     return RunOptions(**{**given, **kwargs})
+
+# %% ../nbs/15_options.ipynb #2d123779
+JUDGE_KEYS = {  # an alpaca_eval completion function -> the environment variables one of which holds its key
+    'openai_completions': ('OPENAI_API_KEY', 'OPENAI_API_KEYS', 'OPENAI_CLIENT_CONFIG_PATH'),
+    'anthropic_completions': ('ANTHROPIC_API_KEY',),
+    'cohere_completions': ('COHERE_API_KEY',),
+    'google_completions': ('GOOGLE_API_KEY',),
+}
+
+# %% ../nbs/15_options.ipynb #609abbbc
+def _judge_functions(
+    judge: str,  # a known annotators config (a name of alpaca_eval's, or the path of a folder or configs.yaml)
+) -> list[str]:
+    "The completion functions (`fn_completions`) that the annotators config `judge` calls."
+    import yaml
+    from pathlib import Path
+    from darts_nb.evaluate import _alpaca_eval
+
+    p = _alpaca_eval().constants.EVALUATORS_CONFIG_DIR / judge
+    p = p if p.exists() else Path(judge).expanduser()
+    p = p / 'configs.yaml' if p.is_dir() else p
+    try:
+        cfg = yaml.safe_load(p.read_text(encoding='utf-8'))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f'judge: expected a readable annotators configs.yaml, got {judge!r} ({p}: {e})') from None
+    if not isinstance(cfg, dict) or not all(isinstance(v, dict) for v in cfg.values()):
+        raise ValueError(f'judge: expected an annotators configs.yaml (name -> settings), got {judge!r} ({p})')
+    return [str(v.get('fn_completions', '')) for v in cfg.values()]
+
+# %% ../nbs/15_options.ipynb #a5dc4f9b
+def check_judge_settings(
+    judge: str | None,  # an alpaca_eval annotators config (None: AlpacaEval is not judged)
+    env: dict | None = None,  # the environment the judge will read (default: os.environ)
+) -> str | None:
+    "`judge` once its config, the reference outputs and its endpoint's settings are there; an error naming what is not."
+    import os
+    import re
+    from darts_nb.evaluate import JudgeError, _alpaca_eval, check_judge
+
+    if judge is None:
+        return None
+    check_judge(judge)  # a known config and the reference outputs
+    env = os.environ if env is None else env
+    for fn in _judge_functions(judge):
+        keys = JUDGE_KEYS.get(fn, ())
+        # alpaca_eval's own client config file, where it is installed, holds OpenAI keys too
+        shipped = fn == 'openai_completions' and os.path.isfile(_alpaca_eval().constants.OPENAI_CLIENT_CONFIG_PATH)
+        if keys and not shipped and not any(env.get(k) for k in keys):
+            raise JudgeError(
+                f'judge={judge!r}: its endpoint ({fn}) needs a key: expected one of {", ".join(keys)} '
+                'in the environment, got none'
+            )
+        if fn == 'openai_completions':
+            for k in ('OPENAI_BASE_URL', 'OPENAI_API_BASE'):
+                if env.get(k) and not re.fullmatch(r'https?://\S+', env[k]):
+                    raise JudgeError(f'{k}: expected an http:// or https:// URL, got {env[k]!r}')
+            path = env.get('OPENAI_CLIENT_CONFIG_PATH')
+            if path and not os.path.isfile(os.path.expanduser(path)):
+                raise JudgeError(f'OPENAI_CLIENT_CONFIG_PATH: expected alpaca_eval\'s client config file, got {path!r}')
+    return judge

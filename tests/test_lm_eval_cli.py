@@ -133,3 +133,54 @@ def test_an_exported_checkpoint_is_the_corrected_model_for_lm_evals_hf_model(run
         str(tasks_dir()),
     )
     assert hf == runs['fixed']
+
+
+def test_a_missing_checkpoint_is_one_line_through_both_entry_points(capsys):
+    "Issue 29: pretrained=/nonexistent is refused by name with exit status 2, not a traceback of transformers'."
+    from darts_nb.cli import main as darts_main
+    from darts_nb.lm_eval import main
+
+    argv = ['run', '--model', 'darts', '--model_args', 'pretrained=/nonexistent', '--tasks', 'darts_math']
+    says = "error: pretrained: expected a checkpoint folder or a hub id, got '/nonexistent' (no such folder)"
+    for prog, call in (
+        ('python -m darts_nb.lm_eval', lambda: main(argv)),
+        ('darts lm-eval', lambda: darts_main(['lm-eval', *argv])),
+    ):
+        code = call()
+        err = capsys.readouterr().err
+        assert code == 2 and err.strip() == f'{prog}: {says}', err[-1000:]
+
+
+def bad_modules(tmp: Path) -> dict:
+    "Surgery folders that hold no usable module for the ci zoo's checkpoints -> what the refusal says."
+    empty = tmp / 'empty'
+    empty.mkdir()
+    corrupt = save_surgery(PositionSurgery(64, 4, 512), tmp / 'corrupt', domain='math')
+    (corrupt / 'surgery_config.json').write_text('{"kind": "position", ')
+    wide = save_surgery(PositionSurgery(32, 4, 512), tmp / 'wide', domain='math')
+    return {
+        tmp / 'none': 'no such folder',
+        empty: 'no saved surgery module here',
+        corrupt: 'corrupt JSON',
+        wide: 'hidden_size=32 but the model',
+    }
+
+
+def test_a_bad_module_folder_is_refused_before_the_checkpoint_loads(expert, tmp_path, monkeypatch, capsys):
+    "Issue 29: surgery= is checked first: the checkpoint loader would fail the test if it were called."
+    from lm_eval.models.huggingface import HFLM
+    from darts_nb.lm_eval import darts_model_class, main
+
+    def loads(*a, **k):
+        raise AssertionError('the checkpoint was loaded before the module was checked')
+
+    monkeypatch.setattr(HFLM, '__init__', loads)
+    DartsLM = darts_model_class()
+    for folder, says in bad_modules(tmp_path).items():
+        args = f'pretrained={expert},surgery={folder}'
+        code = main(['run', '--model', 'darts', '--model_args', args, '--tasks', 'darts_math', '--limit', '1'])
+        err = capsys.readouterr().err
+        assert code == 2 and str(folder) in err and says in err and 'Traceback' not in err, err[-1000:]
+        assert err.count('\n') == 1, err
+        with pytest.raises((ValueError, FileNotFoundError), match=says):
+            DartsLM(pretrained=str(expert), surgery=str(folder))  # from Python (or an lm-eval config file) too
