@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 # %% auto #0
 __all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'ITEM_COLUMNS', 'STORE_TIMEOUT', 'SQLITE_MAGIC',
-           'LEGACY_COLUMNS', 'results_path', 'StoreError', 'StoreBusy', 'store_timeout', 'check_writable', 'record',
-           'load_results', 'load_items']
+           'LEGACY_COLUMNS', 'results_path', 'StoreError', 'StoreBusy', 'store_timeout', 'check_writable',
+           'check_store', 'record', 'load_results', 'load_items']
 
 # %% ../nbs/10_store.ipynb #981a3601
 KEY_COLUMNS = {  # column -> (SQL type, sentinel for "absent")
@@ -347,6 +347,24 @@ def _open(
 def _connect(path: Path) -> sqlite3.Connection:
     "A connection to record into the store at `path` (created if missing)."
     return _open(path, write=True)[0]
+
+# %% ../nbs/10_store.ipynb #b58da1bc
+def check_store(
+    run_dir: str | Path,  # a run directory; a store not made yet is fine
+) -> Path:
+    "The run's store path, once a write could go in now; else its StoreError, StoreBusy or read-only OSError."
+    path = results_path(run_dir)
+    if not (path.exists() or path.is_symlink()):
+        return path
+    con = _connect(path)
+    try:
+        con.execute('BEGIN IMMEDIATE')
+        con.execute('ROLLBACK')
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'opening') from e
+    finally:
+        con.close()
+    return path
 
 # %% ../nbs/10_store.ipynb #e0a1b2c9
 def _clean_row(row: dict, version: str, now: str) -> dict:
