@@ -495,11 +495,22 @@ def main(
     except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr)
         return 2
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
+    except FloatingPointError as err:  # a training that diverged: its message says what to change
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr)
-        return 2  # a full disk: said once, nothing half-written
+        return 1
+    except OSError as err:
+        # faults of the environment, said in one line: a read-only file or folder, a name too long for the file
+        # system, a store busy with another writer (store.StoreBusy, a TimeoutError), an I/O error
+        fault = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EIO)
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not (full or isinstance(err, TimeoutError) or err.errno in fault):
+            raise
+        said = str(err) if full or err.strerror is None else err.strerror
+        if err.filename is not None and not full:  # the system's own error: the file, then what is wrong with it
+            hint = ' (read-only, or not writable by this user)' if err.errno in fault[:3] else ''
+            said = f'{err.filename}: {err.strerror}{hint}'
+        print(f'darts {a.cmd}: error: {said}', file=sys.stderr)
+        return 2 if full else 1  # a full disk: said once, nothing half-written (exit 2, as before)
     finally:
         sys.stderr = err_stream
 

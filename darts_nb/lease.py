@@ -16,8 +16,8 @@ from pathlib import Path
 from .core import write_json, _rmtree
 
 # %% auto #0
-__all__ = ['HEARTBEAT', 'LEASE_TTL', 'MIN_TTL', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease', 'is_stale',
-           'clean_stale']
+__all__ = ['HEARTBEAT', 'LEASE_TTL', 'MIN_TTL', 'LEASE_FIELDS', 'lease_ttl', 'host_id', 'lease_path', 'hold_lease', 'read_lease',
+           'is_stale', 'clean_stale']
 
 # %% ../nbs/00a_lease.ipynb #1e45a006
 HEARTBEAT = 30.0  # seconds between two renewals of a held lease
@@ -103,15 +103,28 @@ def hold_lease(
         lease_path(path).unlink(missing_ok=True)
 
 # %% ../nbs/00a_lease.ipynb #1e45a00a
+LEASE_FIELDS = {'host': (str, 'a string'), 'pid': (int, 'an integer > 0'), 'heartbeat': ((int, float), 'a number')}
+
+
 def read_lease(
     path: str | Path,  # the temporary file or folder
 ) -> dict | None:
-    "The lease of `path`, or None when it has none (or an unreadable one: a writer that never beat)."
+    "The lease of `path`, None when it has none (or an unreadable one: a writer that never beat); refused if ill-typed."
+    lp = lease_path(path)
     try:
-        d = json.loads(lease_path(path).read_text())
+        d = json.loads(lp.read_text())
     except (OSError, ValueError):
         return None
-    return d if isinstance(d, dict) and {'host', 'pid', 'heartbeat'} <= set(d) else None
+    if not (isinstance(d, dict) and set(LEASE_FIELDS) <= set(d)):
+        return None
+    for k, (kind, what) in LEASE_FIELDS.items():
+        v = d[k]
+        if not isinstance(v, kind) or isinstance(v, bool) or (k == 'pid' and v < 1) or v != v:
+            raise ValueError(
+                f"{lp}: {k}: expected {what}, got {v!r}: not a lease darts_nb writes; if no darts process is "
+                f"writing {Path(path).name} any more, delete {lp.name} (and {Path(path).name}) and run again"
+            )
+    return d
 
 # %% ../nbs/00a_lease.ipynb #eb2866a9
 def _gone(pid: int) -> bool:

@@ -8,12 +8,15 @@ Docs: https://darts-nb.github.io/darts_nb/options.html.md"""
 from __future__ import annotations
 import argparse
 import difflib
+import os
+from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 from .core import check_choice, check_int
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'PROFILE_HELP', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg', 'check_run_name', 'RunOptions',
-           'check_fields', 'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
+__all__ = ['MAX_NAME', 'EXECUTORS', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
+           'check_run_name', 'check_shared_dir', 'max_workers', 'RunOptions', 'check_fields', 'run_options',
+           'add_option_flags', 'options_from_args', 'check_judge_settings']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
@@ -50,17 +53,56 @@ def batch_size_arg(
     return n
 
 # %% ../nbs/15_options.ipynb #3eecae88
+MAX_NAME = 100  # bytes (UTF-8) of a run name: room under the 255-byte file names of common file systems
+
+
 def check_run_name(
     name,  # a run name
 ) -> str:
-    "`name` if it is a plain directory name, else a ValueError naming it."
-    if not isinstance(name, str) or not name or '/' in name or name in ('.', '..'):
+    "`name` if it is a plain directory name every file system holds, else a ValueError naming it."
+    if not isinstance(name, str) or not name or '/' in name or '\0' in name or name in ('.', '..'):
         raise ValueError(f"name: expected a plain directory name, got {name!r}")
+    size = len(name.encode('utf-8', 'surrogateescape'))
+    if size > MAX_NAME:
+        raise ValueError(
+            f"name: expected a directory name of at most {MAX_NAME} bytes (MAX_NAME: file systems hold 255, and the "
+            f"run's temporaries add to it), got one of {size} bytes: {name[:20]!r}..."
+        )
     return name
+
+# %% ../nbs/15_options.ipynb #c3ca4cff
+def check_shared_dir(
+    path: str | None,  # a shared folder, or None (DARTS_HOME)
+) -> str | None:
+    "`path` if it is None or an existing folder, else a ValueError saying what it is (nothing is made)."
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return path
+    what = (
+        'a file'
+        if p.exists()
+        else 'something that does not exist (it is not made: create it, at the same path on every node)'
+    )
+    raise ValueError(f"shared_dir: expected an existing folder, got {path!r}, {what}")
 
 # %% ../nbs/15_options.ipynb #f53db6ad
 EXECUTORS = ('local', 'ray')  # executors.EXECUTORS (checked in the lesson below)
 PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
+
+# %% ../nbs/15_options.ipynb #551e6ed7
+MAX_CLUSTER_WORKERS = 1024  # the most workers on a Ray cluster (--address): a typo guard, not a resource limit
+
+
+def max_workers(
+    executor: str = 'local',  # 'local' or 'ray'
+    address: str | None = None,  # ray: None (an instance on this machine) or a cluster's address
+) -> int:
+    "The most workers a run may ask for: this machine's CPUs, or `MAX_CLUSTER_WORKERS` on a Ray cluster."
+    if executor == 'ray' and address is not None:
+        return MAX_CLUSTER_WORKERS
+    return os.cpu_count() or 1
 
 # %% ../nbs/15_options.ipynb #a8ba85e0
 @dataclass(frozen=True)
@@ -114,6 +156,10 @@ class RunOptions:
                 raise ValueError(f'{flag}: expected True or False, got {getattr(self, flag)!r}')
         check_int(self.eval_limit, 'eval_limit', none=True)
         check_int(self.workers, 'workers')
+        most = max_workers(self.executor, self.address)
+        if self.workers > most:
+            where = 'on a Ray cluster' if most == MAX_CLUSTER_WORKERS else "this machine's CPUs (os.cpu_count())"
+            raise ValueError(f'workers: expected at most {most} ({where}), got {self.workers}')
         if self.batch_size != 'auto':
             check_int(self.batch_size, 'batch_size', none=True)
         check_choice(self.executor, EXECUTORS, 'executor')

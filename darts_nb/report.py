@@ -10,7 +10,7 @@ import json
 import platform
 import sys
 import time
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Callable
 import pandas as pd
@@ -19,7 +19,7 @@ from .core import atomic_write, check_choice
 from .stats import VERDICTS
 from .domains import DOMAINS
 from .runs import Run, DARTS, PAPER_SEEDS, recorded, sweep_grid, sweep_basis
-from .store import StoreError
+from .store import StoreError, check_writable
 
 # %% auto #0
 __all__ = ['PAPER_COLUMNS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
@@ -300,6 +300,19 @@ def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str
         return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
     return sec, None
 
+# %% ../nbs/17_report.ipynb #d89bbe1d
+def _drop_missing_figures(sec: Section, exp: Experiment, run: Run) -> Section:
+    "`sec` without the figures whose files do not exist, a note for each instead: a report never links to nothing."
+    gone = [(c, Path(p)) for c, p in sec.figures if not Path(p).exists()]
+    if not gone:
+        return sec
+    notes = [
+        f'_(figure "{c}" is missing: `{p.relative_to(run.dir) if p.is_relative_to(run.dir) else p}` was not made '
+        f'or was removed; `darts run --name {run.name} --only {exp.name}` makes it)_'
+        for c, p in gone
+    ]
+    return replace(sec, figures=[f for f in sec.figures if Path(f[1]).exists()], notes=[*sec.notes, *notes])
+
 # %% ../nbs/17_report.ipynb #56dd6dd9
 def write_report(
     run: Run,  # the run
@@ -307,7 +320,9 @@ def write_report(
 ) -> Path:
     "Write runs/<name>/report.md and report.html from the run's store, caches and files, section by section."
     figs = run.dir / 'figures'
+    check_writable(run.dir)  # a read-only run or figures folder is said before any section is made
     figs.mkdir(parents=True, exist_ok=True)
+    check_writable(figs)
     body, claims, core, top, missing, notes = [], [], [], [], [], []
     for exp in experiments.values():
         sec, why = _section(exp, run, figs)
@@ -316,6 +331,7 @@ def write_report(
             if exp.unmeasured is not None and run.eval_profile in exp.profiles:
                 notes.append(exp.unmeasured(run))
             continue
+        sec = _drop_missing_figures(sec, exp, run)
         columns = PAPER_COLUMNS if run.eval_profile == 'paper' else None
         body += render_section(exp.heading, sec, run.dir, columns=columns)
         claims += sec.claims

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from fastcore.meta import delegates
 from .core import darts_home, set_seed, write_json, stable_hash, default_device
 from .domains import DOMAINS, METRICS
-from .options import RunOptions, run_options, check_run_name
+from .options import RunOptions, run_options, check_run_name, check_shared_dir
 from darts_nb.inputs import (
     models_key,
     run_inputs,
@@ -49,15 +49,15 @@ from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # n
 from .cache import get_or_build_cache, release_memory
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
-from .store import record, load_results, load_items, results_path, RESULT_COLUMNS
+from .store import record, load_results, load_items, results_path, check_writable, check_store, RESULT_COLUMNS
 from .evaluate import evaluate_model
 
 # %% auto #0
-__all__ = ['run_dir', 'Run', 'make_run', 'open_run', 'canonical_experts', 'merge_hash', 'row_source', 'recorded',
-           'recorded_items', 'evaluate_in_run', 'score_job', 'record_job', 'run_jobs', 'task_rows', 'stage_experts',
-           'experts_table', 'merges_dir', 'sweep_grid', 'merge_state', 'stage_merges', 'merge_job', 'need_merge',
-           'score_merges', 'stage_sweep', 'sweep_table', 'best_merges', 'sweep_basis', 'calib_texts', 'domain_cache',
-           'cache_job', 'arm_job', 'sweep_scores', 'run_arm', 'arms_over']
+__all__ = ['RUN_FIELDS', 'PROFILE_FIELDS', 'run_dir', 'Run', 'check_run_record', 'make_run', 'open_run', 'canonical_experts',
+           'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run', 'score_job', 'record_job',
+           'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'merge_state',
+           'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges',
+           'sweep_basis', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm', 'arms_over']
 
 # %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
@@ -202,6 +202,77 @@ class Run:
             self._executor.close()
             self._executor = None
 
+# %% ../nbs/15_runs.ipynb #5cb3dc6a
+_STR, _OPT_STR, _DICT = (str, 'a string'), ((str, type(None)), 'a string or null'), (dict, 'an object')
+RUN_FIELDS = {  # run.json's fields, as `make_run` writes them -> (type(s), what a value must be)
+    'profile': _DICT,
+    'quick': (bool, 'true or false'),
+    'eval_limit': ((int, type(None)), 'an integer >= 1 or null'),
+    'models_key': _STR,
+    'judge': _OPT_STR,
+    'inputs': _DICT,
+    'content_key': _STR,
+    'shared_dir': _OPT_STR,
+    'record_key': _STR,
+}
+PROFILE_FIELDS = {  # run.json's profile: `zoo.Profile`'s fields
+    'name': _STR,
+    'base': _STR,
+    'experts': _DICT,
+    'zoo_size': _OPT_STR,
+    'eval_profile': _STR,
+    'hub_ids': ((dict, type(None)), 'an object or null'),
+}
+
+# %% ../nbs/15_runs.ipynb #da4d45ad
+def _check_types(m: dict, meta: Path) -> None:
+    "A ValueError naming the first field of run.json `m` (at `meta`) whose value is not of the type make_run writes."
+    fields = [(k, m[k], RUN_FIELDS[k]) for k in RUN_FIELDS if k in m]
+    fields += [(f'profile.{k}', m['profile'][k], PROFILE_FIELDS[k]) for k in PROFILE_FIELDS if k in m['profile']]
+    experts = m['profile'].get('experts')
+    if isinstance(experts, dict):
+        fields += [(f'profile.experts.{d}', p, _STR) for d, p in experts.items()]
+    for k, v, (kind, what) in fields:
+        bad = not isinstance(v, kind) or (isinstance(v, bool) and kind is not bool)
+        if bad or (k == 'eval_limit' and v is not None and v < 1):
+            raise ValueError(
+                f"{meta}: {k}: expected {what}, got {v!r}: not what make_run writes; restore the file, or start the "
+                "run afresh under another name"
+            )
+
+# %% ../nbs/15_runs.ipynb #91638d23
+def check_run_record(
+    m: dict,  # a run.json's content (`inputs.read_run_json`)
+    meta: Path,  # its path, named in the errors
+) -> dict:
+    "`m` if its fields have make_run's types and it still matches its own content and record keys; else a ValueError."
+    _check_types(m, meta)
+    fix = f"restore it, or have `darts run --name {meta.parent.name}` rewrite it with the run's own settings"
+    inputs = m.get('inputs')
+    if inputs is not None and m.get('content_key'):
+        own = dict(models=m.get('models_key'), tasks=m['profile'].get('eval_profile'), eval_limit=m.get('eval_limit'))
+        if own['tasks'] == 'paper':
+            own['judge'] = m.get('judge')
+        names = dict(models='models_key', tasks='profile.eval_profile')
+        diff = [
+            f'{names.get(k, k)} is {v!r}, its inputs say {inputs.get(k)!r}'
+            for k, v in own.items()
+            if v != inputs.get(k)
+        ]
+        if stable_hash(inputs) != m['content_key']:
+            diff.append(f"content_key is {m['content_key']!r}, its inputs hash to {stable_hash(inputs)!r}")
+        if diff:
+            raise ValueError(
+                f"{meta} no longer matches itself ({'; '.join(diff)}): edited by hand? Its results were computed with "
+                f"its inputs, not with these settings; {fix}"
+            )
+    if 'record_key' in m and m['record_key'] != stable_hash({k: v for k, v in m.items() if k != 'record_key'}):
+        raise ValueError(
+            f"{meta} was changed since make_run wrote it (its record_key no longer matches its content): a report "
+            f"would show settings its results were not computed with; {fix}"
+        )
+    return m
+
 # %% ../nbs/15_runs.ipynb #8de2ae0d
 @delegates(RunOptions)
 def make_run(
@@ -211,10 +282,13 @@ def make_run(
 ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
     opts = run_options(profile, name, **kwargs)
+    check_shared_dir(opts.shared_dir)  # a shared folder is never made here
     # bad executor settings (an address without Ray, Ray not installed) are refused before anything is built
     make_executor(opts.executor, workers=opts.workers, address=opts.address, shared_dir=opts.shared_dir)
     meta = run_dir(opts.name) / 'run.json'
     old = read_run_json(meta) if meta.exists() else None
+    if old is not None:
+        _check_types(old, meta)
     prof = get_profile(opts.profile)
     key = models_key(prof)
     if old is not None and (old['profile'].get('name') != prof.name or old.get('models_key') != key):
@@ -230,19 +304,23 @@ def make_run(
     if old is not None:
         check_same_inputs(opts.name, old, inputs, meta=meta, has_results=results_path(meta.parent).exists())
     run = Run(opts.name, prof, options=opts, models_key=key, content_key=stable_hash(inputs))
-    write_json(
-        meta,
-        dict(
-            profile=asdict(prof),
-            quick=run.quick,
-            eval_limit=run.eval_limit,
-            models_key=key,
-            judge=run.judge,
-            inputs=inputs,
-            content_key=run.content_key,
-            shared_dir=run.shared_dir,
-        ),
+    store = results_path(meta.parent)
+    # a read-only run folder or store is said now, not after the work whose rows it could not keep
+    for p in (meta.parent, store, Path(f'{store}-wal'), Path(f'{store}-shm')):
+        if p == meta.parent or p.exists():
+            check_writable(p)
+    check_store(meta.parent)  # whole, of this version, and not held by another writer
+    m = dict(
+        profile=asdict(prof),
+        quick=run.quick,
+        eval_limit=run.eval_limit,
+        models_key=key,
+        judge=run.judge,
+        inputs=inputs,
+        content_key=run.content_key,
+        shared_dir=run.shared_dir,
     )
+    write_json(meta, {**m, 'record_key': stable_hash(m)})
     return run
 
 # %% ../nbs/15_runs.ipynb #d53850e3
@@ -257,7 +335,7 @@ def open_run(
         raise FileNotFoundError(
             f"run {name!r} does not exist: {meta} is missing (start it with `darts run --name {name}`)"
         )
-    m = read_run_json(meta)
+    m = check_run_record(read_run_json(meta), meta)
     try:
         prof = Profile(**m['profile'])
     except TypeError as e:

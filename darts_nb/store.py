@@ -7,7 +7,9 @@ Docs: https://darts-nb.github.io/darts_nb/store.html.md"""
 # %% ../nbs/10_store.ipynb #e0a1b2c2
 from __future__ import annotations
 import errno
+import os
 import time
+import tempfile
 import sqlite3
 import datetime
 from pathlib import Path
@@ -18,8 +20,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # %% auto #0
-__all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'ITEM_COLUMNS', 'SQLITE_MAGIC', 'LEGACY_COLUMNS',
-           'results_path', 'StoreError', 'record', 'load_results', 'load_items']
+__all__ = ['KEY_COLUMNS', 'VALUE_COLUMNS', 'RESULT_COLUMNS', 'RESULT_ROLES', 'ITEM_COLUMNS', 'STORE_TIMEOUT', 'SQLITE_MAGIC',
+           'LEGACY_COLUMNS', 'results_path', 'StoreError', 'StoreBusy', 'store_timeout', 'check_writable',
+           'check_store', 'record', 'load_results', 'load_items']
 
 # %% ../nbs/10_store.ipynb #981a3601
 KEY_COLUMNS = {  # column -> (SQL type, sentinel for "absent")
@@ -55,6 +58,103 @@ def results_path(
 class StoreError(ValueError):
     "A results store that cannot be read or written as it is: empty, corrupt, truncated, of another schema."
 
+# %% ../nbs/10_store.ipynb #82d21371
+class StoreBusy(TimeoutError):
+    "A results store held by another writer for longer than `store_timeout()` seconds: nothing was recorded."
+
+# %% ../nbs/10_store.ipynb #997578e5
+STORE_TIMEOUT = 60.0  # default seconds a write waits for another writer of the same store (DARTS_STORE_TIMEOUT)
+
+
+def store_timeout() -> float:
+    "Seconds a store waits for another writer's transaction: `DARTS_STORE_TIMEOUT`, else `STORE_TIMEOUT`."
+    v = os.environ.get('DARTS_STORE_TIMEOUT')
+    if v is None:
+        return STORE_TIMEOUT
+    try:
+        t = float(v)
+    except ValueError:
+        t = v
+    return float(check_number(t, 'DARTS_STORE_TIMEOUT', lo=0))
+
+# %% ../nbs/10_store.ipynb #04431554
+def _holders(path: Path) -> str:
+    "' (pid N: its command, ...)' for other processes holding a write lock on the store's files, else ''."
+    ids = set()
+    for p in (path, Path(f'{path}-shm'), Path(f'{path}-wal')):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        ids.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    try:
+        lines = Path('/proc/locks').read_text().splitlines()
+    except OSError:
+        return ''
+    pids = []
+    for f in (line.split() for line in lines if '->' not in line):  # '->': a waiter, not a holder
+        # '1: POSIX  ADVISORY  WRITE 4321 fe:01:1234 120 120'
+        try:
+            maj, mi, ino = f[5].split(':')
+            key, pid = (int(maj, 16), int(mi, 16), int(ino)), int(f[4])
+        except (IndexError, ValueError):
+            continue
+        if f[3] == 'WRITE' and key in ids and pid > 0 and pid != os.getpid() and pid not in pids:
+            pids.append(pid)
+    said = []
+    for pid in pids:
+        try:
+            cmd = Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace').strip()
+        except OSError:
+            cmd = '?'
+        said.append(f'pid {pid}: {cmd[:80]}')
+    return f" ({', '.join(said)})" if said else ''
+
+# %% ../nbs/10_store.ipynb #71963def
+def _read_only_fs(path: Path) -> bool:
+    "Whether `path` (or the nearest folder above it that exists) is on a file system mounted read-only."
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+# %% ../nbs/10_store.ipynb #c41f933d
+def _not_writable(path: Path, err: OSError | None = None) -> OSError:
+    "The one error for a file or folder this process cannot write: EROFS on a read-only mount, else EACCES/EPERM."
+    if _read_only_fs(path):
+        code, why = errno.EROFS, 'is on a read-only file system'
+    else:
+        code = err.errno if err is not None and err.errno in (errno.EACCES, errno.EPERM) else errno.EACCES
+        why = 'is read-only (not writable by this process)'
+    return OSError(
+        code,
+        f'{path} {why}: nothing was written; make it writable, or use another run (--name NEW, or another DARTS_HOME)',
+    )
+
+# %% ../nbs/10_store.ipynb #ebeed280
+def check_writable(
+    path: str | Path,  # a file (opened for writing, left unchanged) or folder (a file is made in it and removed)
+) -> Path:
+    "`path` when this process can write it (a missing one: the nearest folder above it); else a clear OSError."
+    path = probe = Path(path)
+    while not (probe.exists() or probe.is_symlink()) and probe != probe.parent:
+        probe = probe.parent
+    try:
+        if probe.is_dir():
+            fd, name = tempfile.mkstemp(prefix='.writable-', dir=probe)
+            os.close(fd)
+            os.unlink(name)
+        else:
+            with open(probe, 'r+b'):
+                pass
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise _not_writable(probe, e) from None
+    return path
+
 # %% ../nbs/10_store.ipynb #27d23fa1
 SQLITE_MAGIC = b'SQLite format 3\x00'  # the first 16 bytes of every SQLite database file
 
@@ -77,10 +177,31 @@ def _check_file(path: Path) -> None:
             f'restore it from a copy, or move it aside and run again to record into a new store'
         )
 
+# %% ../nbs/10_store.ipynb #5be3d217
+def _check_link(path: Path) -> None:
+    "Refuse a store that is a symbolic link to nothing: its target moved or deleted is not an empty store."
+    if path.is_symlink() and not path.exists():
+        raise StoreError(
+            f'{path} is a symbolic link to {os.readlink(path)}, which does not exist: the store was moved or deleted; '
+            f'restore its target, or remove the link to record into a new store'
+        )
+
 # %% ../nbs/10_store.ipynb #27278e56
+def _read_only_error(path: Path) -> OSError | None:
+    "Why SQLite cannot write the store: the first of its WAL files, itself and its folder that is read-only; or None."
+    for p in (Path(f'{path}-wal'), Path(f'{path}-shm'), path, path.parent):
+        try:
+            if p.exists() or p == path.parent:
+                check_writable(p)
+        except OSError as e:
+            return e
+    return None
+
+# %% ../nbs/10_store.ipynb #c2de5973
 def _sqlite_error(e: sqlite3.Error, path: Path, doing: str) -> Exception:
-    "A clear error for an SQLite error on `path`: a full disk is an OSError(ENOSPC), a damaged file a StoreError."
+    "A clear error for an SQLite error on `path`: OSError for a full disk, read-only or busy store; StoreError else."
     code = getattr(e, 'sqlite_errorcode', None)
+    base = code & 0xFF if isinstance(code, int) else None  # an extended code's primary code
     # SQLITE_FULL
     if code == 13 or 'disk is full' in str(e):
         return OSError(
@@ -99,6 +220,17 @@ def _sqlite_error(e: sqlite3.Error, path: Path, doing: str) -> Exception:
             f'{path} is corrupt or truncated (SQLite: {e}); it is left as it is: restore it from a copy, '
             f'or move it aside and run again (what it held is then computed anew)'
         )
+    # SQLITE_BUSY, SQLITE_LOCKED
+    if base in (5, 6) or 'database is locked' in str(e):
+        return StoreBusy(
+            f'{path} is busy: another writer{_holders(path)} held it for more than {store_timeout():g} s '
+            f'(DARTS_STORE_TIMEOUT) while {doing} it; nothing was recorded: run again once it is done, or stop it'
+        )
+    # SQLITE_READONLY; SQLITE_CANTOPEN where the store or its folder cannot be written
+    if base == 8 or 'readonly database' in str(e):
+        return _read_only_error(path) or _not_writable(path)
+    if base == 14 or 'unable to open database file' in str(e):
+        return _read_only_error(path) or e
     return e
 
 # %% ../nbs/10_store.ipynb #64fdcac3
@@ -159,27 +291,30 @@ def _create_tables(con: sqlite3.Connection) -> None:
 def _create(path: Path) -> None:
     "Make a new, empty store at `path` whole before it appears (one made meanwhile by another writer is kept)."
     with atomic_path(path, replace=False) as tmp:
-        con = sqlite3.connect(str(tmp))
+        con = None
         try:
+            con = sqlite3.connect(str(tmp))
             with con:
                 _create_tables(con)
         except sqlite3.Error as e:
             raise _sqlite_error(e, path, 'creating') from e
         finally:
-            con.close()
+            if con is not None:
+                con.close()
             Path(f'{tmp}-journal').unlink(missing_ok=True)
 
 # %% ../nbs/10_store.ipynb #a442005f
 def _set_wal(con: sqlite3.Connection) -> None:
-    "Turn on WAL, retrying for up to 20 s while another connection holds the file."
+    "Turn on WAL, retrying for up to 20 s (or `store_timeout()`, if shorter) while another connection holds the file."
     # turning WAL on needs the file to itself, and SQLite may refuse at once instead of waiting
-    for attempt in range(400):
+    tries = max(1, min(400, int(store_timeout() / 0.05)))
+    for attempt in range(tries):
         try:
             if con.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal':
                 con.execute('PRAGMA journal_mode=WAL')
             return
         except sqlite3.OperationalError as e:
-            if 'locked' not in str(e) or attempt == 399:
+            if 'locked' not in str(e) or attempt == tries - 1:
                 raise
             time.sleep(0.05)
 
@@ -190,10 +325,11 @@ def _open(
 ) -> tuple[sqlite3.Connection, bool]:
     "(connection, legacy) to a store checked whole and of this version (legacy: the previous version's, read only)."
     path = Path(path)
+    _check_link(path)
     if write and not path.exists():
         _create(path)
     _check_file(path)
-    con = sqlite3.connect(str(path), timeout=60)
+    con = sqlite3.connect(str(path), timeout=store_timeout())
     try:
         _check_whole(con, path)
         legacy = _check_schema(con, path, write)
@@ -211,6 +347,24 @@ def _open(
 def _connect(path: Path) -> sqlite3.Connection:
     "A connection to record into the store at `path` (created if missing)."
     return _open(path, write=True)[0]
+
+# %% ../nbs/10_store.ipynb #b58da1bc
+def check_store(
+    run_dir: str | Path,  # a run directory; a store not made yet is fine
+) -> Path:
+    "The run's store path, once a write could go in now; else its StoreError, StoreBusy or read-only OSError."
+    path = results_path(run_dir)
+    if not (path.exists() or path.is_symlink()):
+        return path
+    con = _connect(path)
+    try:
+        con.execute('BEGIN IMMEDIATE')
+        con.execute('ROLLBACK')
+    except sqlite3.Error as e:
+        raise _sqlite_error(e, path, 'opening') from e
+    finally:
+        con.close()
+    return path
 
 # %% ../nbs/10_store.ipynb #e0a1b2c9
 def _clean_row(row: dict, version: str, now: str) -> dict:
@@ -334,6 +488,7 @@ def load_results(
         frames = [load_results(d) for d in run_dir]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RESULT_COLUMNS))
     p = results_path(run_dir)
+    _check_link(p)  # a link to nothing is not 'nothing recorded yet'
     if not p.exists():
         raise FileNotFoundError(
             f'load_results: no results store at {p} (nothing was recorded for run_dir={str(run_dir)!r})'
@@ -352,6 +507,7 @@ def load_items(
     if bad:
         raise ValueError(f'load_items: unknown key column(s) {bad}; expected some of {list(KEY_COLUMNS)}')
     p = results_path(run_dir)
+    _check_link(p)  # a link to nothing is not 'nothing recorded yet'
     if not p.exists():
         return pd.DataFrame(columns=list(ITEM_COLUMNS))
     df = _read(p, 'items', list(ITEM_COLUMNS))
