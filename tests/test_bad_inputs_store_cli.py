@@ -211,7 +211,8 @@ def test_a_missing_figure_is_not_linked(home):
     from darts_nb.runs import open_run
 
     run = a_run(home)
-    (run.dir / 'bias_trend.csv').write_text('domain,spearman_rho,p,late_early_ratio\nmath,0.5,0.01,2.0\n')  # the bias record ran, its figures are gone
+    # the bias record ran, its figures are gone
+    (run.dir / 'bias_trend.csv').write_text('domain,spearman_rho,p,late_early_ratio\nmath,0.5,0.01,2.0\n')
     text = write_report(open_run(NAME), {'bias': EXPERIMENTS['bias']}).read_text()
     assert 'figures/figure1.png' in text and '](figures/figure1.png)' not in text and 'is missing' in text
     assert all((run.dir / link.split(')')[0]).exists() for link in text.split('](')[1:])
