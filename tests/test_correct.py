@@ -4,8 +4,6 @@ Bad input is a clear error before any model loads, in the library and at the com
 command runs end to end from a JSONL file and from local dataset folders, the diagnosis included, and writes module
 folders that `SurgeryModule.from_pretrained` loads."""
 
-import contextlib
-import io
 import json
 import shutil
 import subprocess
@@ -13,11 +11,11 @@ import sys
 from pathlib import Path
 import pytest
 import transformers
-from darts_nb.cli import main
 from darts_nb.core import darts_home, tiny_llama
 from darts_nb.correct import correct_merge, plan_correction, read_prompts
 from darts_nb.merge import run_merges, ta_config
 from darts_nb.surgery import SurgeryModule
+from test_bad_inputs_cli import run_main
 
 
 @pytest.fixture(scope='module')
@@ -198,17 +196,6 @@ def no_model(monkeypatch):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, 'from_pretrained', refuse)
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    "`darts ARGV` in this process: (exit status, stdout, stderr)."
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_bad_inputs(zoo, merged, bad, no_model):
     "Each bad input: a ValueError / FileNotFoundError naming it from the library, and exit 2 with one line at the CLI."
     table, small, cli_small = cases(zoo, merged, bad)
@@ -222,7 +209,7 @@ def test_bad_inputs(zoo, merged, bad, no_model):
                 pytest.fail(f'not refused: {what}')
             assert words in str(e.value), (what, str(e.value))
         line = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", *cli_small, *argv]
-        code, out, err = run_cli(line)
+        code, out, err = run_main(line)
         assert code == 2, (what, code, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith('darts correct: error: ') and words in lines[0], (what, err)
@@ -249,7 +236,7 @@ def test_command_from_jsonl(zoo, merged, bad, tmp_path):
     out = tmp_path / 'fixed'
     argv = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", f"code={zoo / 'code'}"]
     argv += ['--prompts', str(bad / 'p.jsonl'), '--field', 'question', '--n-calib', '8', '--n-held', '4']
-    code, said, err = run_cli(argv + ['--iters', '30', '--device', 'cpu', '--out', str(out)])
+    code, said, err = run_main(argv + ['--iters', '30', '--device', 'cpu', '--out', str(out)])
     assert code == 0, err[-2000:]
     assert 'math: the bias' in said and 'code: the merge picks' in said and f'written to {out}' in said, said
     for d in ('math', 'code'):
@@ -281,7 +268,7 @@ def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
         str(tmp_path / 'saved'),
     ]
     argv += ['--field', 'text', '--split', 'train', '--held-out-split', 'test', '--n-calib', '8', '--n-held', '4']
-    code, said, err = run_cli(argv + ['--iters', '10', '--export', '--out', str(out)])
+    code, said, err = run_main(argv + ['--iters', '10', '--export', '--out', str(out)])
     assert code == 0, err[-2000:]
     card = load_card(out / 'math')
     exported = json.loads((out / 'math-corrected' / 'config.json').read_text())
@@ -302,7 +289,7 @@ def test_diagnose_only(zoo, merged, tmp_path):
     "--diagnose-only: the diagnosis (table, sentences, figure), no module trained, nothing else written."
     out = tmp_path / 'diag'
     argv = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", '--diagnose-only']
-    code, said, err = run_cli(argv + ['--n-calib', '8', '--out', str(out)])
+    code, said, err = run_main(argv + ['--n-calib', '8', '--out', str(out)])
     assert code == 0, err[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ['diagnosis.png', 'summary.md']
     summary = (out / 'summary.md').read_text()
@@ -353,7 +340,7 @@ def test_user_task_scored_without_and_with(zoo, merged, bad, tmp_path):
     out = tmp_path / 'fixed'
     argv = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", '--n-calib', '8', '--n-held', '4']
     argv += ['--iters', '30', '--tasks', 'my_sums', '--include-path', str(tasks), '--limit', '5', '--out', str(out)]
-    code, said, err = run_cli(argv)
+    code, said, err = run_main(argv)
     assert code == 0, err[-3000:]
     import pandas as pd
 
@@ -393,7 +380,7 @@ def test_all_modules_on_one_model(zoo, merged, bad, tmp_path):
 
 def test_help_shows_the_example_and_the_papers_defaults():
     "darts correct --help: its example and every option's default (the paper's), without importing the library."
-    code, out, _ = run_cli(['correct', '--help'])
+    code, out, _ = run_main(['correct', '--help'])
     assert code == 0 and 'example:\n  darts correct' in out, out
     for default in ('(default: position)', '(default: ewl1)', '(default: 16)', '(default: 500)', '(default: 0.001)'):
         assert default in out, (default, out)
@@ -416,7 +403,7 @@ def test_hub_ids_from_the_local_cache(zoo, merged, texts, tmp_path, monkeypatch)
     hub_put(cache, 'me/my-prompts', tmp_path / 'data', repo_type='dataset')
     out = tmp_path / 'fixed'
     argv = ['correct', '--merged', 'me/my-merge', '--expert', 'math=org/math-expert', '--prompts', 'me/my-prompts']
-    code, said, err = run_cli(
+    code, said, err = run_main(
         argv + ['--field', 'q', '--n-calib', '8', '--n-held', '4', '--iters', '5', '--out', str(out)]
     )
     assert code == 0, err[-2000:]
@@ -426,5 +413,5 @@ def test_hub_ids_from_the_local_cache(zoo, merged, texts, tmp_path, monkeypatch)
         'calibration: trained on | the first 8 prompts of dataset me/my-prompts (split train, field q)'
         in (out / 'math' / 'README.md').read_text()
     )
-    code, _, err = run_cli(argv[:3] + ['--expert', 'math=org/not-fetched'])
+    code, _, err = run_main(argv[:3] + ['--expert', 'math=org/not-fetched'])
     assert code == 2 and "experts['math']: expected a checkpoint folder or a hub id in the local cache" in err, err
