@@ -217,6 +217,8 @@ def start_local_ray(
     for attempt in range(3):  # Ray gives its raylet 30 s to register: on a loaded small machine, try again
         try:
             return ray.init(
+                # a new instance, never the cluster another process of this machine started (it names it in /tmp/ray)
+                address='local',
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 _node_ip_address='127.0.0.1',

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 import psutil
 import pytest
-from darts_nb.executors import LOCAL_RAY_ENV, non_loopback_sockets
+from darts_nb.executors import non_loopback_sockets
 from darts_nb.experiments import run_all
 from darts_nb.runs import experts_table, sweep_table, open_run, run_dir
 from darts_nb.store import KEY_COLUMNS, load_results
@@ -25,6 +25,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 ONLY, LIMIT = ['experts', 'sweep'], 4
 TABLES = (experts_table, sweep_table)
 NODE = dict(node_ip_address='127.0.0.1', object_store_memory=80 * 2**20)  # every node on loopback, a small store
+# set by a local Ray start in this process (tests/test_ray.py): it would keep any driver on loopback by itself
+CLUSTER_CHECK = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'
 RUN_S = 600  # a driver that runs longer hangs: it fails the test instead of blocking it
 
 
@@ -43,7 +45,9 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope='module')
 def cluster():
     "A Ray cluster on 127.0.0.1: a head without CPUs (the drivers' node) and one worker node of 1 CPU."
-    os.environ.update(LOCAL_RAY_ENV)  # the nodes this process starts inherit it: no usage report, no cluster check
+    # started as `ray start --node-ip-address 127.0.0.1` would start them (Ray's own choice of address not overridden)
+    os.environ.pop(CLUSTER_CHECK, None)
+    os.environ['RAY_USAGE_STATS_ENABLED'] = '0'
     c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, include_dashboard=False, **NODE))
     try:
         c.add_node(num_cpus=1, **NODE)
@@ -62,8 +66,9 @@ def _driver(name: str, shared: Path, log: Path, *flags: str) -> subprocess.Popen
     "`darts run` of the fault runs in a new process (its own session), its output in `log`."
     cmd = [sys.executable, '-m', 'darts_nb.cli', 'run', '--profile', 'ci', '--name', name, '--quick']
     cmd += ['--eval-limit', str(LIMIT), '--only', *ONLY, '--shared-dir', str(shared), *flags]
+    env = {k: v for k, v in os.environ.items() if k != CLUSTER_CHECK}  # a user's shell, not this test's settings
     with open(log, 'ab') as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def _finish(p: subprocess.Popen, log: Path) -> None:
@@ -195,7 +200,8 @@ def test_node_lost_mid_stage(cluster, reference, tmp_path):
     try:
         watch = threading.Thread(target=_job_on, args=(node, seen, stop), daemon=True)
         watch.start()
-        while watch.is_alive() and p.poll() is None:
+        t0 = time.time()
+        while watch.is_alive() and p.poll() is None and time.time() - t0 < RUN_S:
             watch.join(0.5)
         assert seen, f'no job ran on the second node:\n{log.read_text()[-6000:]}'
         cluster.remove_node(node)  # its raylet and workers killed: the job in flight is lost with them
@@ -209,3 +215,16 @@ def test_node_lost_mid_stage(cluster, reference, tmp_path):
         if node in cluster.worker_nodes:
             cluster.remove_node(node)
     _check_same(name, shared, reference)
+
+
+LOCAL_START = (
+    "import ray; from darts_nb.executors import start_local_ray; start_local_ray(1); "
+    "print('nodes', len(ray.nodes())); ray.shutdown()"
+)
+
+
+def test_local_ray_beside_a_cluster(cluster):
+    "A local Ray instance started while another cluster runs on this machine is a new one, not that cluster."
+    env = {k: v for k, v in os.environ.items() if k != CLUSTER_CHECK}
+    out = subprocess.run([sys.executable, '-c', LOCAL_START], env=env, capture_output=True, text=True, timeout=RUN_S)
+    assert out.returncode == 0 and 'nodes 1' in out.stdout, out.stderr[-3000:]
