@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -78,6 +79,17 @@ def run_job(
         _RUNS[key] = make(spec)
     return fn(_RUNS[key], *args)
 
+# %% ../nbs/15b_executors.ipynb #54a0e78f
+def _exit_with_driver():
+    "In a worker process: wait for the driver that spawned it to end, then end too (a killed driver stops no pool)."
+    import multiprocessing as mp
+
+    parent = mp.parent_process()
+    if parent is None:
+        return  # not a spawned worker
+    parent.join()
+    os._exit(1)
+
 # %% ../nbs/15b_executors.ipynb #2b5e0008
 def _worker_init():
     import torch
@@ -85,6 +97,7 @@ def _worker_init():
     torch.set_num_threads(1)
     if not sys.stderr.isatty():
         sys.stderr = LineLog(sys.stderr)  # a log: progress as lines, as in the driver
+    threading.Thread(target=_exit_with_driver, daemon=True, name='exit with the driver').start()
 
 # %% ../nbs/15b_executors.ipynb #6274f9fd
 class LocalExecutor:
@@ -200,15 +213,12 @@ def start_local_ray(
     num_gpus: int | None = None,  # GPUs (None: those Ray finds)
 ):
     "Start a Ray instance on this machine that listens and connects on 127.0.0.1 only; returns `ray.init`'s context."
-    os.environ.update(LOCAL_RAY_ENV)  # read by Ray's processes, which inherit this environment
-    ray = _import_ray()
-    from ray._private import ray_constants
-
-    # the driver read the variable when it imported ray, maybe before this call
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray = _stay_on_loopback()
     for attempt in range(3):  # Ray gives its raylet 30 s to register: on a loaded small machine, try again
         try:
             return ray.init(
+                # a new instance, never the cluster another process of this machine started (it names it in /tmp/ray)
+                address='local',
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 _node_ip_address='127.0.0.1',
@@ -220,6 +230,17 @@ def start_local_ray(
             ray.shutdown()
             if 'timed out during startup' not in str(e) or attempt == 2:
                 raise
+
+# %% ../nbs/15b_executors.ipynb #2275c2df
+def _stay_on_loopback():
+    "Ray, set to take this machine's address as 127.0.0.1 (in this driver and the Ray processes it starts)."
+    os.environ.update(LOCAL_RAY_ENV)  # read by Ray's processes, which inherit this environment
+    ray = _import_ray()
+    from ray._private import ray_constants
+
+    # the driver read the variable when it imported ray, maybe before this call
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return ray
 
 # %% ../nbs/15b_executors.ipynb #c29d0840
 def _is_loopback(ip: str) -> bool:
@@ -254,6 +275,19 @@ def non_loopback_sockets(
                     )
                 )
     return bad
+
+# %% ../nbs/15b_executors.ipynb #9c13fd2a
+def _loopback_head(
+    address: str,  # 'auto' or HOST:PORT
+) -> bool:
+    "Whether `address` names a head on this machine's loopback (127.x, ::1 or localhost)."
+    host = address.rsplit(':', 1)[0].strip('[]')
+    if host == 'localhost':
+        return True
+    try:
+        return _is_loopback(host)
+    except ValueError:
+        return False  # 'auto', or a host name
 
 # %% ../nbs/15b_executors.ipynb #2b5e0010
 # what workers of a cluster inherit from the driver (no secrets)
@@ -300,7 +334,12 @@ class RayExecutor:
             env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
             if self.shared_dir is not None:
                 env['DARTS_HOME'] = str(Path(self.shared_dir).absolute())
-            ray.init(address=self.address, runtime_env={'env_vars': env}, log_to_driver=False, configure_logging=False)
+            kw = dict(runtime_env={'env_vars': env}, log_to_driver=False, configure_logging=False)
+            if _loopback_head(self.address):
+                # Ray swaps a loopback address for this machine's own IP before it connects (where nothing listens)
+                _stay_on_loopback()
+                kw['_node_ip_address'] = '127.0.0.1'
+            ray.init(address=self.address, **kw)
         return ray
 
     def gpus_per_job(self, run) -> int:
