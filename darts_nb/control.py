@@ -27,12 +27,12 @@ from darts_nb.core import (
     write_json,
 )
 from .domains import DOMAINS, METRICS
-from .cache import HiddenCache, get_or_build_cache
+from .cache import HiddenCache
 from .surgery import WEIGHTS, SurgeryModule, make_surgery, save_surgery, load_surgery, surgery
 from .train import train_surgery
 from .bias import token_bias, bias_by_position
 from .arms import Arm, DARTS, STANDARD_L1
-from .runs import Run, calib_texts, evaluate_in_run
+from .runs import Run, calib_texts, evaluate_in_run, run_cache
 from .stats import bootstrap_stat, reduction_ci, verdict, all_verdict
 from .report import Experiment, Section, Table, claim, ci
 
@@ -121,17 +121,7 @@ def expert_cache(
     "The hidden-state cache of (expert, expert) on a domain's calibration or held-out text (built once, kept)."
     expert = run.profile.experts[check_choice(domain, DOMAINS, 'domain')]
     texts, spans = calib_texts(run, domain, n=n, seed=seed, split=split, mode=mode)
-    return get_or_build_cache(
-        expert,
-        expert,
-        texts,
-        max_len=512,
-        device=run.device,
-        root=run.home / 'caches',
-        progress=False,
-        models=run.model,
-        spans=spans,
-    )
+    return run_cache(run, expert, expert, texts=texts, spans=spans)
 
 # %% ../nbs/20a_control.ipynb #28e802f1
 PLANT_FACTOR = 4.0  # the bias at t = T, in units of the expert's mean hidden-state norm

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from .core import atomic_write, positions_from_mask, pyplot, save_figure
 from .domains import DOMAINS, training_text, text_spans
-from .cache import TOKEN_KINDS, get_or_build_cache
+from .cache import TOKEN_KINDS
 from .bias import token_bias
 from .train import token_agreement
 from .surgery import load_surgery
@@ -27,6 +27,7 @@ from darts_nb.runs import (
     merges_dir,
     calib_items,
     domain_cache,
+    run_cache,
     arms_over,
 )
 from .results import arm_scores, arm_stderr, arm_metric, arms_stat
@@ -68,16 +69,7 @@ def placement_bias(
     }
     out = {}
     for k in texts:
-        c = get_or_build_cache(
-            merges_dir(run) / merge,
-            run.profile.experts[domain],
-            texts[k],
-            max_len=512,
-            device=run.device,
-            progress=False,
-            models=run.model,
-            spans=spans[k],
-        )
+        c = run_cache(run, merges_dir(run) / merge, run.profile.experts[domain], texts=texts[k], spans=spans[k])
         # the item's own tokens, not <s>
         own = (c.kinds != TOKEN_KINDS.index('context')) & c.mask & (positions_from_mask(c.mask) > 0)
         b = token_bias(c)

@@ -57,7 +57,8 @@ __all__ = ['RUN_FIELDS', 'PROFILE_FIELDS', 'run_dir', 'Run', 'check_run_record',
            'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run', 'score_job', 'record_job',
            'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'merge_state',
            'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges',
-           'sweep_basis', 'calib_texts', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm', 'arms_over']
+           'sweep_basis', 'calib_texts', 'run_cache', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm',
+           'arms_over']
 
 # %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
@@ -510,7 +511,9 @@ def experts_table(
     if df.empty:
         return pd.DataFrame()
     t = df.pivot_table(index='merge_config', columns='domain', values='value')
-    t = t.reindex(index=[r for r in run.profile.paths if r in t.index], columns=list(DOMAINS))
+    # one row order, however the profile lists its experts (run.json keeps them sorted by name)
+    rows = ['base', *canonical_experts(run.profile.experts)]
+    t = t.reindex(index=[r for r in rows if r in t.index], columns=list(DOMAINS))
     return t.rename_axis(index='model', columns=None)
 
 # %% ../nbs/15_runs.ipynb #624f19b4
@@ -683,6 +686,27 @@ def calib_texts(
     items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
     return item_texts(run.eval_profile, domain, items, split=split, mode=mode)
 
+# %% ../nbs/15_runs.ipynb #9fb442fe
+def run_cache(
+    run: Run,  # the run: its device, its one-model-at-a-time loader and its cache folder
+    merged: str | Path,  # the checkpoint whose hidden states are corrected (a merge, or an expert for a control)
+    target: str | Path,  # the checkpoint whose hidden states are the target (an expert)
+    texts: list[str],  # the texts
+    spans: list | None = None,  # per text, the spans that label its tokens (see `cache.build_cache`)
+):
+    "The hidden-state cache of `texts` through (merged, target) in the run's settings, built once and kept."
+    return get_or_build_cache(
+        merged,
+        target,
+        texts,
+        max_len=512,
+        device=run.device,
+        root=run.home / 'caches',
+        progress=False,
+        models=run.model,
+        spans=spans,
+    )
+
 # %% ../nbs/15_runs.ipynb #56efb15c
 def domain_cache(
     run: Run,  # the run
@@ -699,17 +723,7 @@ def domain_cache(
     # the same set in any order is one cache: seeds that only reorder share it; the seed's order is restored below
     order = sorted(range(len(items)), key=lambda i: items[i]['id'])
     texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split=split, mode=mode)
-    c = get_or_build_cache(
-        merges_dir(run) / merge,
-        run.profile.experts[domain],
-        texts,
-        max_len=512,
-        device=run.device,
-        root=run.home / 'caches',
-        progress=False,
-        models=run.model,
-        spans=spans,
-    )
+    c = run_cache(run, merges_dir(run) / merge, run.profile.experts[domain], texts=texts, spans=spans)
     where = {i: k for k, i in enumerate(order)}
     return c[[where[i] for i in range(len(items))]]
 
