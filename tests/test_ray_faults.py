@@ -66,6 +66,7 @@ def _driver(name: str, shared: Path, log: Path, *flags: str) -> subprocess.Popen
     "`darts run` of the fault runs in a new process (its own session), its output in `log`."
     cmd = [sys.executable, '-m', 'darts_nb.cli', 'run', '--profile', 'ci', '--name', name, '--quick']
     cmd += ['--eval-limit', str(LIMIT), '--only', *ONLY, '--shared-dir', str(shared), *flags]
+    shared.mkdir(exist_ok=True)  # a shared folder is made by its owner, never by darts (it is checked to exist)
     env = {k: v for k, v in os.environ.items() if k != CLUSTER_CHECK}  # a user's shell, not this test's settings
     with open(log, 'ab') as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
