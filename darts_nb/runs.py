@@ -51,6 +51,7 @@ from .train import train_surgery, argmax_agreement
 from .bias import token_bias
 from .store import record, load_results, load_items, results_path, check_writable, check_store, RESULT_COLUMNS
 from .evaluate import evaluate_model
+from .lease import clean_stale
 
 # %% auto #0
 __all__ = ['RUN_FIELDS', 'PROFILE_FIELDS', 'run_dir', 'Run', 'check_run_record', 'make_run', 'open_run', 'canonical_experts',
@@ -311,6 +312,7 @@ def make_run(
         if p == meta.parent or p.exists():
             check_writable(p)
     check_store(meta.parent)  # whole, of this version, and not held by another writer
+    clean_stale(meta.parent)  # what a killed driver was writing here (run.json, timings) and nobody renews
     m = dict(
         profile=asdict(prof),
         quick=run.quick,
