@@ -28,8 +28,11 @@ $(STAMP): pyproject.toml $(RUN_STAMP)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# the demo's workers: 2, or 1 on a one-CPU machine (darts refuses more workers than the machine has CPUs)
+DEMO_WORKERS := $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
+
 demo: $(RUN_STAMP)
-	$(BIN)/darts run --profile toy --name demo --quick --workers 2
+	$(BIN)/darts run --profile toy --name demo --quick --workers $(DEMO_WORKERS)
 
 test: $(STAMP) check-clean check-export check-style check-readme check-layout check-docs zoo-ci nbtest pytest
 
