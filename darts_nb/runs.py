@@ -49,7 +49,7 @@ from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # n
 from .cache import get_or_build_cache, release_memory
 from .train import train_surgery, argmax_agreement
 from .bias import token_bias
-from .store import record, load_results, load_items, results_path, check_writable, check_store, RESULT_COLUMNS
+from .store import record, load_results, load_items, results_path, check_store, RESULT_COLUMNS
 from .evaluate import evaluate_model
 from .lease import clean_stale
 
@@ -242,6 +242,13 @@ def _check_types(m: dict, meta: Path) -> None:
                 "run afresh under another name"
             )
 
+# %% ../nbs/15_runs.ipynb #2cad9427
+def _record_key(
+    m: dict,  # a run.json's content, with or without its record_key
+) -> str:
+    "The hash of run.json's fields other than `record_key`: what make_run writes as `record_key`."
+    return stable_hash({k: v for k, v in m.items() if k != 'record_key'})
+
 # %% ../nbs/15_runs.ipynb #91638d23
 def check_run_record(
     m: dict,  # a run.json's content (`inputs.read_run_json`)
@@ -268,7 +275,7 @@ def check_run_record(
                 f"{meta} no longer matches itself ({'; '.join(diff)}): edited by hand? Its results were computed with "
                 f"its inputs, not with these settings; {fix}"
             )
-    if 'record_key' in m and m['record_key'] != stable_hash({k: v for k, v in m.items() if k != 'record_key'}):
+    if 'record_key' in m and m['record_key'] != _record_key(m):
         raise ValueError(
             f"{meta} was changed since make_run wrote it (its record_key no longer matches its content): a report "
             f"would show settings its results were not computed with; {fix}"
@@ -306,12 +313,9 @@ def make_run(
     if old is not None:
         check_same_inputs(opts.name, old, inputs, meta=meta, has_results=results_path(meta.parent).exists())
     run = Run(opts.name, prof, options=opts, models_key=key, content_key=stable_hash(inputs))
-    store = results_path(meta.parent)
-    # a read-only run folder or store is said now, not after the work whose rows it could not keep
-    for p in (meta.parent, store, Path(f'{store}-wal'), Path(f'{store}-shm')):
-        if p == meta.parent or p.exists():
-            check_writable(p)
-    check_store(meta.parent)  # whole, of this version, and not held by another writer
+    # a read-only run folder or store is said now, not after the work whose rows it could not keep; so is a store
+    # that is damaged, of another version or held by another writer
+    check_store(meta.parent)
     clean_stale(meta.parent)  # what a killed driver was writing here (run.json, timings) and nobody renews
     m = dict(
         profile=asdict(prof),
@@ -323,7 +327,7 @@ def make_run(
         content_key=run.content_key,
         shared_dir=run.shared_dir,
     )
-    write_json(meta, {**m, 'record_key': stable_hash(m)})
+    write_json(meta, {**m, 'record_key': _record_key(m)})
     return run
 
 # %% ../nbs/15_runs.ipynb #d53850e3

@@ -354,6 +354,9 @@ def check_store(
 ) -> Path:
     "The run's store path, once a write could go in now; else its StoreError, StoreBusy or read-only OSError."
     path = results_path(run_dir)
+    read_only = _read_only_error(path)  # the run folder, the store and its WAL files: said even before a store exists
+    if read_only is not None:
+        raise read_only
     if not (path.exists() or path.is_symlink()):
         return path
     con = _connect(path)
