@@ -21,7 +21,7 @@ from . import paper, premises
 
 # %% auto #0
 __all__ = ['REPLICA_STAGES', 'REPLICATED', 'REPLICATION', 'zoo_bootstrap', 'replica_names', 'replica_runs', 'exp_replication',
-           'arm_strata', 'main_strata', 'placement_strata', 'replication_table', 'existing_replicas']
+           'arm_strata', 'main_strata', 'placement_strata', 'replication_table', 'domain_table', 'existing_replicas']
 
 # %% ../nbs/20c_replication.ipynb #b5cb807c
 def _zoo_estimate(strata: dict, rng: np.random.Generator | None = None) -> float:
@@ -182,6 +182,25 @@ def _shown(unit: str):
         return lambda r: f"{np.exp(r['est']):.2f}x [{np.exp(r['lo']):.2f}, {np.exp(r['hi']):.2f}]"
     return lambda r: ci(r, unit=unit)
 
+# %% ../nbs/20c_replication.ipynb #b24494ac
+def domain_table(
+    runs: list[Run],  # the run and its replicas that have data
+    other=NONE,  # the arm DARTS is compared with
+    n_boot: int = 2000,  # bootstrap draws over items
+) -> pd.DataFrame:
+    "DARTS minus `other` on each zoo's best merges, by zoo (rows) and domain (columns), with item intervals."
+    rows = {}
+    for run in runs:
+        strata = main_strata(run, other)
+        row = {}
+        for d in DOMAINS:
+            r = zoo_bootstrap([{k: v for k, v in strata.items() if k[1] == d}], n_boot=n_boot)
+            if r['zoos']:
+                row[d] = ci(r)
+        if row:
+            rows[f'zoo {run.profile.name}'] = row
+    return pd.DataFrame.from_dict(rows, orient='index')
+
 # %% ../nbs/20c_replication.ipynb #faf51bd3
 def _plot_replication(pooled: dict, names: list[str], path: Path) -> Path:
     "Each claim's estimate per zoo and pooled, with intervals (a forest plot)."
@@ -222,7 +241,7 @@ def _replication_section(run: Run, figs: Path) -> Section | None:
         return None
     names = [r.profile.name for r in runs]
     sec = Section(
-        [Table('', t)],
+        [Table('', t), Table('DARTS minus no surgery by domain, on each zoo\'s best merges', domain_table(runs))],
         figures=[('the core claims per zoo and pooled', _plot_replication(pooled, names, figs / 'replication.png'))],
         notes=[
             f'{len(runs)} zoos of one recipe ({", ".join(names)}), each with its own sweep, best merges and arms; '
