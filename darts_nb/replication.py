@@ -241,7 +241,7 @@ def _replication_section(run: Run, figs: Path) -> Section | None:
         return None
     names = [r.profile.name for r in runs]
     sec = Section(
-        [Table('', t), Table('DARTS minus no surgery by domain, on each zoo\'s best merges', domain_table(runs))],
+        [Table('', t), Table("DARTS minus no surgery by domain, on each zoo's best merges", domain_table(runs))],
         figures=[('the core claims per zoo and pooled', _plot_replication(pooled, names, figs / 'replication.png'))],
         notes=[
             f'{len(runs)} zoos of one recipe ({", ".join(names)}), each with its own sweep, best merges and arms; '
