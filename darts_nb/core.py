@@ -10,6 +10,7 @@ import os
 import errno
 import random
 import hashlib
+import importlib
 import json
 import secrets
 import shutil
@@ -29,7 +30,7 @@ __all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtyp
            'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
            'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json',
            'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook',
-           'check_int', 'check_number', 'check_choice']
+           'check_int', 'check_number', 'check_choice', 'moved_name']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -631,3 +632,14 @@ def check_choice(
     if isinstance(value, (list, dict, set)) or value not in allowed:
         raise _expected(value, f'one of {list(allowed)}', arg, none=False)
     return value
+
+# %% ../nbs/00_core.ipynb #49481e9a
+def moved_name(
+    module: str,  # the module asked for the name (its `__name__`)
+    moved: dict,  # names that moved -> the module that defines them now
+    name: str,  # the name asked for
+):
+    "`name` from the module it moved to (for a module's `__getattr__`); an AttributeError for any other name."
+    if name not in moved:
+        raise AttributeError(f'module {module!r} has no attribute {name!r}')
+    return getattr(importlib.import_module(moved[name]), name)

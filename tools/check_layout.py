@@ -9,6 +9,10 @@
   import line alone does not count).
 - No call in the library passes more than three arguments by position: a longer call names its arguments, so a
   parameter added in the middle of a signature cannot silently shift the others.
+- Names that moved to a module of their own stay importable from their old module through its `_MOVED` table and
+  `__getattr__` (darts_nb.core.moved_name): every entry must name a module that defines the name, the old module
+  must no longer define it, and no library module may import a moved name from its old home (the graph above would
+  then show a dependency that is not there, and a monkeypatch of the old name would patch nothing).
 - Lines of at most 120 characters in the library, except the `__all__` that nbdev writes itself (it wraps the list
   at 120 and then adds its 10-character prefix). ruff holds the notebooks to the same limit.
 
@@ -160,6 +164,44 @@ def notebook_report(nb: Path) -> dict:
     return dict(module=module, crowded=crowded, names=names, callables=callables, missing=missing, mixed=mixed)
 
 
+def moved_tables() -> dict:
+    "Each module's `_MOVED` table (name -> the module that defines it now), for the modules that have one."
+    import importlib
+
+    out = {}
+    for p in sorted((root / PKG).glob('*.py')):
+        if p.stem in ('_modidx', '__init__') or '_MOVED' not in p.read_text():
+            continue
+        out[p.stem] = dict(getattr(importlib.import_module(f'{PKG}.{p.stem}'), '_MOVED', {}))
+    return out
+
+
+def moved_errors(tables: dict) -> list[str]:
+    "Moved names that do not resolve, that the old module still defines, or that the library imports from there."
+    import importlib
+
+    errs = []
+    for old, table in tables.items():
+        mod = importlib.import_module(f'{PKG}.{old}')
+        for name, new in table.items():
+            if name in vars(mod):
+                errs.append(f'{PKG}.{old}: {name} is in _MOVED but still defined there')
+            elif new == f'{PKG}.{old}' or not hasattr(importlib.import_module(new), name):
+                errs.append(f'{PKG}.{old}._MOVED: {name} -> {new}, which does not define it')
+    for p in sorted((root / PKG).glob('*.py')):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = (node.module or '').split('.')[-1] if node.level or (node.module or '').startswith(PKG) else ''
+            for a in node.names:
+                if a.name in tables.get(base, {}):
+                    errs.append(
+                        f'{p.relative_to(root)}:{node.lineno}: imports {a.name} from {base}; it lives in '
+                        f'{tables[base][a.name]} now'
+                    )
+    return errs
+
+
 def long_lines(path: Path) -> list[int]:
     "Line numbers over MAX_LINE characters, outside nbdev's generated `__all__`."
     out, in_all = [], False
@@ -192,6 +234,7 @@ def main(argv=None) -> int:
     errs, g = [], graph()
     if c := find_cycle(g):
         errs.append('import cycle: ' + ' -> '.join(c))
+    errs += moved_errors(tables := moved_tables())
     nbs = [Path(n).resolve() for n in a.notebooks] if a.notebooks else sorted((root / 'nbs').glob('[0-9]*.ipynb'))
     only = {module_of(nb) for nb in nbs} if a.notebooks else None
     for p in sorted((root / PKG).glob('*.py')):
@@ -226,7 +269,8 @@ def main(argv=None) -> int:
         return 1
     print(
         f'layout ok: {len(g)} modules, no import cycle; {len(nbs)} notebooks, one definition per export cell, '
-        f'{lessons} of {total} public names ({share:.0%}) in a lesson; library lines <= {MAX_LINE}; '
+        f'{lessons} of {total} public names ({share:.0%}) in a lesson; '
+        f'{sum(map(len, tables.values()))} moved names resolve from their old modules; library lines <= {MAX_LINE}; '
         f'no call with more than {MAX_POSITIONAL} arguments by position'
     )
     return 0
