@@ -57,7 +57,7 @@ check-layout: $(STAMP)
 
 # the formatter (notebooks are the source; tools, tests and benchmarks too) and the linter (pyproject.toml's rules)
 check-style: $(STAMP)
-	$(BIN)/ruff format --check nbs tools tests bench
+	$(BIN)/ruff format --check nbs tools tests bench darts_nb/_boot.py darts_nb/_serve.py
 	$(BIN)/ruff check nbs darts_nb tools tests bench
 
 # nbdev-docs' notebook processing (it executes exported and import cells), without quarto; output in _proc/.
@@ -86,7 +86,7 @@ bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_ray.py
 
 export: $(STAMP)
-	$(BIN)/ruff format nbs && $(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
+	$(BIN)/ruff format nbs darts_nb/_boot.py darts_nb/_serve.py && $(BIN)/nbdev-export && $(BIN)/nbdev-clean && $(PY) tools/make_readme.py
 
 DOCS_STAMP := $(VENV)/.installed-docs
 $(DOCS_STAMP): pyproject.toml $(STAMP)

@@ -1,4 +1,4 @@
-"""DARTS for your own merge: diagnose it against each expert, train one module per expert, check, share.
+"""DARTS for your own merge: the options, the plan, one module trained, checked and scored per expert: `correct_merge`.
 
 Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
@@ -6,12 +6,10 @@ Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
 # %% ../nbs/24_correct.ipynb #da45ed13
 from __future__ import annotations
-import json
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from .core import check_choice, check_int, check_number, atomic_write
+from .core import check_choice, check_int, check_number, atomic_write, moved_name
 from .domains import DOMAINS
 from .options import option, check_fields
 
@@ -20,11 +18,9 @@ if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `dart
     import torch
 
 # %% auto #0
-__all__ = ['KINDS', 'LOSSES', 'GROWS_P', 'MIN_HEADROOM', 'CorrectOptions', 'correct_options', 'add_correct_flags',
-           'options_from_flags', 'read_prompts', 'parse_assignments', 'CorrectionPlan', 'plan_correction',
-           'checkpoint_tensors', 'lm_head_weight', 'head_shift', 'diagnose_pair', 'diagnosis_lines', 'plot_diagnosis',
-           'train_module', 'held_out_scores', 'task_pairs', 'score_tasks', 'task_rows', 'card_scores',
-           'correction_summary', 'check_out_dir', 'correct_merge', 'export_all', 'attach_corrections']
+__all__ = ['KINDS', 'LOSSES', 'CorrectOptions', 'correct_options', 'add_correct_flags', 'options_from_flags', 'CorrectionPlan',
+           'plan_correction', 'train_module', 'held_out_scores', 'task_pairs', 'score_tasks', 'task_rows',
+           'card_scores', 'correction_summary', 'check_out_dir', 'correct_merge', 'export_all', 'attach_corrections']
 
 # %% ../nbs/24_correct.ipynb #f42c054d
 KINDS = ('position', 'darts', 'standard', 'add', 'parallel')  # surgery.SURGERY_KINDS the command offers
@@ -113,155 +109,6 @@ def options_from_flags(
     "The `CorrectOptions` the parsed flags describe."
     return CorrectOptions(**{f.name: getattr(args, f.name) for f in fields(CorrectOptions) if hasattr(args, f.name)})
 
-# %% ../nbs/24_correct.ipynb #6e8be219
-def _text_file(
-    p: Path,  # a .txt file
-) -> list[str]:
-    "The non-blank lines of a text file, one prompt per line."
-    return [line for line in p.read_text(encoding='utf-8').splitlines() if line.strip()]
-
-# %% ../nbs/24_correct.ipynb #f6537672
-def _jsonl_file(
-    p: Path,  # a .jsonl file
-    field: str | None,  # the field of each record that holds the prompt
-) -> list[str]:
-    "The `field` of each record of a JSONL file (blank lines skipped); an error naming the line that lacks it."
-    if field is None:
-        raise ValueError(f"field: expected the JSONL field that holds the prompt (--field), got None for {p}")
-    out = []
-    for i, line in enumerate(p.read_text(encoding='utf-8').splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"prompts: expected one JSON object per line of {p}, got line {i}: {e}") from None
-        if not isinstance(rec, dict) or field not in rec:
-            keys = sorted(rec)[:8] if isinstance(rec, dict) else type(rec).__name__
-            raise ValueError(f"field: expected a field of every record of {p}, got {field!r} (line {i} has {keys})")
-        if not isinstance(rec[field], str):
-            raise ValueError(f"field: expected text in {field!r} of {p}, got {type(rec[field]).__name__} on line {i}")
-        out.append(rec[field])
-    return out
-
-# %% ../nbs/24_correct.ipynb #25ce5d0f
-def _dataset(
-    source: str,  # a dataset folder (`save_to_disk`, or data files) or a dataset name in the local cache
-    field: str | None,  # the column that holds the prompt
-    split: str,  # the split
-) -> tuple[list[str], str]:
-    "(the `field` column of the dataset's `split`, what it is): offline, from a folder, the hub cache or datasets'."
-    import datasets
-
-    from darts_nb.hub import is_hub_id, _cached_snapshot
-
-    p = Path(source).expanduser()
-    snap = _cached_snapshot(str(source), 'dataset') if is_hub_id(source) else None
-    if snap is not None:  # a dataset repo in the hub cache (`hf download --repo-type dataset`): its files
-        p = snap
-    saved = p.is_dir() and any((p / f).exists() for f in ('dataset_info.json', 'state.json', 'dataset_dict.json'))
-    try:
-        if saved:
-            ds = datasets.load_from_disk(str(p))
-        else:
-            ds = datasets.load_dataset(str(p if snap is not None else source), split=split)
-    except Exception as e:
-        raise ValueError(
-            f"prompts: expected a dataset folder or a dataset in the local cache, got {source!r} (split {split!r}): "
-            f"{type(e).__name__}: {str(e)[:300]}"
-        ) from None
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ValueError(f"split: expected a split of {source} ({list(ds)}), got {split!r}")
-        ds = ds[split]
-    if field is None or field not in ds.column_names:
-        raise ValueError(f"field: expected a column of {source} ({ds.column_names}), got {field!r}")
-    texts = ds[field]
-    if not all(isinstance(t, str) for t in texts):
-        raise ValueError(f"field: expected a column of text, got {field!r} of {source} ({ds.features[field]})")
-    return list(texts), f"dataset {source} (split {split}, field {field})"
-
-# %% ../nbs/24_correct.ipynb #c043fe83
-def _built_in(
-    domain: str,  # a domain of the toy zoo
-    n: int,  # prompts wanted
-    seed: int,  # the draw
-    held_out: bool,  # the held-out ('eval') split: the prompts with their reference
-) -> tuple[list[str], str]:
-    "(the calibration or held-out texts of a built-in domain, what they are), as `runs` draws them."
-    from darts_nb.inputs import calib_items, item_texts
-
-    split = 'eval' if held_out else 'calib'
-    texts, _ = item_texts('toy', domain, calib_items(domain, n, seed=seed, split=split), split=split)
-    return texts, f"the built-in {domain} domain ({split} split, seed {seed})"
-
-# %% ../nbs/24_correct.ipynb #672ff694
-def read_prompts(
-    source,  # a .txt / .jsonl file, a dataset folder or name, a built-in domain, or a list of strings
-    field: str | None = None,  # the JSONL field or dataset column of the prompt
-    split: str = 'train',  # the dataset split
-    n: int | None = None,  # prompts needed: fewer is an error (a built-in domain draws this many)
-    arg: str = 'prompts',  # the argument's name, for messages
-    seed: int = 0,  # a built-in domain's draw
-    held_out: bool = False,  # a built-in domain's held-out split instead of its calibration split
-) -> tuple[list[str], str]:
-    "(the prompts, one line saying where they come from); a clear error for a missing, empty or short source."
-    check_int(n, 'n', none=True)
-    if isinstance(source, (list, tuple)):
-        if not all(isinstance(t, str) for t in source):
-            raise ValueError(f"{arg}: expected a list of strings, got {[type(t).__name__ for t in source][:4]}")
-        texts, what = list(source), f'{len(source)} prompts given in the call'
-    elif not isinstance(source, (str, Path)) or not str(source):
-        raise ValueError(
-            f"{arg}: expected a .txt or .jsonl file, a dataset folder or name, a built-in domain {list(DOMAINS)} "
-            f"or a list of strings, got {source!r}"
-        )
-    else:
-        p = Path(str(source)).expanduser()
-        if str(source) in DOMAINS and not p.exists():
-            texts, what = _built_in(str(source), n or 50, seed=seed, held_out=held_out)
-        elif p.is_file() and p.suffix in ('.txt', '.jsonl'):
-            texts = _text_file(p) if p.suffix == '.txt' else _jsonl_file(p, field)
-            what = f"file {p}" + (f" (field {field})" if p.suffix == '.jsonl' else '')
-        elif p.is_file():
-            raise ValueError(f"{arg}: expected a .txt file (a prompt per line) or a .jsonl file, got {str(p)!r}")
-        elif p.is_dir() or not (p.suffix in ('.txt', '.jsonl', '.json') or str(source).startswith(('/', '.', '~'))):
-            texts, what = _dataset(str(source), field, split)
-        else:
-            raise FileNotFoundError(f"{arg}: expected an existing prompt file, got {str(p)!r} (no such file)")
-    if not texts:
-        raise ValueError(f"{arg}: expected at least one prompt, got none in {what}")
-    if blank := [i for i, t in enumerate(texts) if not t.strip()]:
-        raise ValueError(
-            f"{arg}: expected prompts with text, got {len(blank)} empty one(s) in {what} (e.g. #{blank[0]})"
-        )
-    if n is not None and len(texts) < n:
-        raise ValueError(f"{arg}: expected at least {n} prompts, got {len(texts)} in {what}")
-    return texts, what
-
-# %% ../nbs/24_correct.ipynb #9c7f53f7
-_DOMAIN_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]*')
-
-
-def parse_assignments(
-    values: list[str] | None,  # `DOMAIN=VALUE` or `VALUE` strings
-    arg: str,  # the flag, for messages
-) -> dict | str | None:
-    "Domain -> value from `DOMAIN=VALUE` strings; a lone `VALUE` (one, no domain) is returned as is; None: None."
-    if not values:
-        return None
-    named = [v.partition('=') for v in values]
-    if len(values) == 1 and not named[0][1]:
-        return values[0]
-    out = {}
-    for v, (d, eq, val) in zip(values, named):
-        if not eq or not _DOMAIN_NAME.fullmatch(d) or not val:
-            raise ValueError(f"{arg}: expected DOMAIN=VALUE (a domain name of letters, digits, _ . -), got {v!r}")
-        if d in out:
-            raise ValueError(f"{arg}: expected one value per domain, got {d!r} twice")
-        out[d] = val
-    return out
-
 # %% ../nbs/24_correct.ipynb #6a317f21
 @dataclass
 class CorrectionPlan:
@@ -330,6 +177,8 @@ def _domain_prompts(
     d: str,  # the domain
 ) -> tuple[list, list, dict]:
     "(calibration prompts, held-out prompts, where they come from) of one expert."
+    from darts_nb.prompts import read_prompts
+
     kw = dict(field=opts.field, split=opts.split, seed=opts.seed)
     n_held = 0 if opts.diagnose_only else opts.n_held
     if held_src is not None or n_held == 0 or opts.held_out_split or (isinstance(src, str) and src in DOMAINS):
@@ -372,6 +221,7 @@ def plan_correction(
     import warnings
     from transformers import AutoTokenizer
     from darts_nb.zoo import check_compatible
+    from darts_nb.prompts import _DOMAIN_NAME
 
     opts = correct_options(options, **kw)
     if not isinstance(experts, dict) or not experts:
@@ -411,171 +261,6 @@ def plan_correction(
     return CorrectionPlan(
         merged=m, experts=paths, refs=refs, calib=calib, held=kept, sources=sources, options=opts, notes=notes
     )
-
-# %% ../nbs/24_correct.ipynb #f4f62b02
-def checkpoint_tensors(
-    path,  # a checkpoint folder with safetensors weights
-    want,  # predicate on a tensor's name: the tensors to read
-) -> dict:
-    "Name -> float32 tensor of the checkpoint's tensors whose names `want` accepts (nothing else is read)."
-    import torch
-    from safetensors import safe_open
-
-    out = {}
-    for f in sorted(Path(path).glob('*.safetensors')):
-        with safe_open(str(f), framework='pt') as sf:
-            out.update({k: sf.get_tensor(k).to(torch.float32) for k in sf.keys() if want(k)})
-    return out
-
-# %% ../nbs/24_correct.ipynb #3c8fc502
-def _is_head(
-    name: str,  # a tensor's name
-) -> bool:
-    "The LM head's weight."
-    return name.endswith('lm_head.weight')
-
-# %% ../nbs/24_correct.ipynb #7716ffe4
-def _is_final_norm(name: str) -> bool:
-    "The final norm's tensors: a norm outside the decoder layers ('model.norm.weight')."
-    parts = name.split('.')
-    return 'layers' not in parts and 'h' not in parts and ('norm' in name or 'ln_f' in name)
-
-# %% ../nbs/24_correct.ipynb #d8c6bd78
-def lm_head_weight(
-    path,  # a checkpoint folder
-) -> 'torch.Tensor':
-    "The checkpoint's V x H LM head (its input embeddings when they are tied), float32, read from its files."
-    got = checkpoint_tensors(path, _is_head)
-    if not got:
-        got = checkpoint_tensors(path, lambda k: k.endswith('embed_tokens.weight'))
-    if len(got) != 1:
-        raise ValueError(
-            f"{path}: expected one LM head (lm_head.weight or tied embed_tokens.weight), got {sorted(got)}"
-        )
-    return next(iter(got.values()))
-
-# %% ../nbs/24_correct.ipynb #c93d90ef
-def head_shift(
-    merged,  # the merged checkpoint folder
-    expert,  # the expert's checkpoint folder
-) -> pd.DataFrame:
-    "LM head and final norm: part, params, ||merged - expert||_F / ||expert||_F (`diagnosis.head_distance`'s measure)."
-    import pandas as pd
-
-    rows = []
-    for part, want in (('final norm', _is_final_norm), ('LM head', _is_head)):
-        a, b = checkpoint_tensors(merged, want), checkpoint_tensors(expert, want)
-        if sorted(a) != sorted(b) or not a:
-            raise ValueError(f"{merged}, {expert}: expected the same {part} tensors, got {sorted(a)} and {sorted(b)}")
-        d = r = n = 0.0
-        for k, x in a.items():
-            y = b[k][: len(x)] if x.dim() == 2 else b[k]  # an expert's extended vocabulary: the shared rows
-            d, r, n = d + float(((x[: len(y)] - y) ** 2).sum()), r + float((y**2).sum()), n + x.numel()
-        rows.append(dict(part=part, params=int(n), distance=(d / r) ** 0.5 if r else float('nan')))
-    return pd.DataFrame(rows)
-
-# %% ../nbs/24_correct.ipynb #8bc844b8
-GROWS_P = 0.05  # the bias grows with position when Spearman's rho > 0 at this level
-MIN_HEADROOM = 0.02  # the oracle must beat the merge's agreement by this much for a correction to have room
-
-
-def diagnose_pair(
-    cache,  # a HiddenCache of (merged, expert) on the user's prompts
-    merged_head,  # the merged LM head (V x H weight, `lm_head_weight`)
-    expert_head,  # the expert's LM head
-    heads: pd.DataFrame | None = None,  # `head_shift` of the two checkpoints
-) -> dict:
-    "The diagnosis: bias trend, per-bucket bias and next-token agreement (merge and oracle), per-position series."
-    import numpy as np
-    import pandas as pd
-    from darts_nb.bias import token_bias, bias_trend
-    from darts_nb.diagnosis import next_token_frame
-
-    bias = token_bias(cache)
-    try:
-        trend = bias_trend({'d': bias}, min_samples=min(3, len(cache))).iloc[0].drop('domain').to_dict()
-    except ValueError:  # too few positions to judge a trend
-        trend = dict(spearman_rho=float('nan'), p=float('nan'), late_early_ratio=float('nan'))
-    before = next_token_frame(cache, merged_head, expert_head)
-    oracle = next_token_frame(cache, merged_head, expert_head, oracle=True)
-    f = before.assign(oracle=oracle.agree.to_numpy())
-    buckets = f.groupby('bucket').agg(
-        tokens=('agree', 'size'), bias=('bias', 'mean'), agree=('agree', 'mean'), oracle=('oracle', 'mean')
-    )
-    by_pos = f.groupby('position').agg(bias=('bias', 'mean'), agree=('agree', 'mean'), oracle=('oracle', 'mean'))
-    grows = bool(trend['spearman_rho'] > 0 and trend['p'] < GROWS_P)
-    agree, orc = float(f.agree.mean()), float(f.oracle.mean())
-    return dict(
-        trend=trend,
-        grows=grows,
-        agree=agree,
-        oracle=orc,
-        room=bool(orc - agree >= MIN_HEADROOM),
-        buckets=buckets,
-        by_position=by_pos,
-        heads=heads if heads is not None else pd.DataFrame(columns=['part', 'params', 'distance']),
-        tokens=int(np.asarray(cache.mask.cpu()).sum()),
-    )
-
-# %% ../nbs/24_correct.ipynb #3d1421be
-def diagnosis_lines(
-    diag: dict,  # `diagnose_pair`'s result
-    domain: str = '',  # the expert's domain, for the sentences
-) -> list[str]:
-    "The diagnosis in sentences: the bias trend, the agreement, the oracle's room, the heads' distance."
-    t, who = diag['trend'], f"{domain}: " if domain else ''
-    heads = diag['heads'].set_index('part').distance.to_dict() if len(diag['heads']) else {}
-    moved = ', '.join(f"{k} {v:.3g}" for k, v in heads.items())
-    if t['spearman_rho'] != t['spearman_rho']:
-        trend = f"{who}too few positions to judge whether the bias grows with position (give longer prompts)."
-    elif diag['grows']:
-        trend = (
-            f"{who}the bias grows with position (Spearman rho {t['spearman_rho']:.2f}, p {t['p']:.2g}; late/early "
-            f"{t['late_early_ratio']:.2f}x): the premise of DARTS' position correction holds."
-        )
-    else:
-        trend = (
-            f"{who}the bias does not grow with position (Spearman rho {t['spearman_rho']:.2f}, p {t['p']:.2g}): "
-            f"the premise of DARTS' position table does not hold on these prompts; a standard module "
-            f"(kind='standard') may do as well: compare the two on held-out prompts."
-        )
-    agree = f"{who}the merge picks the expert's next token at {100 * diag['agree']:.1f}% of {diag['tokens']} tokens"
-    if diag['room']:
-        room = f"; a perfect hidden-state correction would reach {100 * diag['oracle']:.1f}% (the oracle)."
-    else:
-        room = (
-            f"; even the expert's own hidden state through the merged LM head reaches only {100 * diag['oracle']:.1f}%"
-            f": the merged LM head and final norm differ too much from the expert's (relative distance {moved}) for a "
-            f"hidden-state correction to help."
-        )
-    lines = [trend, agree + room]
-    if diag['room'] and moved:
-        lines.append(f"{who}relative distance of the merge from the expert: {moved}.")
-    return lines
-
-# %% ../nbs/24_correct.ipynb #92d1cd84
-def plot_diagnosis(
-    diags: dict,  # domain -> `diagnose_pair`'s result
-    path=None,  # the PNG to write (None: none)
-    window: int = 8,  # positions in the rolling mean of the agreement
-):
-    "One row per expert: bias by position, and agreement by position (merge, oracle); the figure."
-    from darts_nb.core import pyplot, save_figure
-
-    plt = pyplot()
-    fig, axes = plt.subplots(len(diags), 2, figsize=(10, 2.8 * len(diags)), squeeze=False)
-    for (d, g), (a, b) in zip(diags.items(), axes):
-        s = g['by_position']
-        a.plot(s.index, s['bias'], color='C3')
-        a.set(title=f'{d}: bias by position (Eq. 2)', xlabel='position', ylabel='||h^M - h^k||_1 / H')
-        for col, label, c in (('agree', 'merge', 'C0'), ('oracle', 'oracle (expert h through merged head)', 'C2')):
-            b.plot(s.index, 100 * s[col].rolling(window, min_periods=1).mean(), label=label, color=c)
-        b.set(title=f'{d}: next-token agreement with the expert', xlabel='position', ylabel='%', ylim=(0, 101))
-        b.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
-    return fig
 
 # %% ../nbs/24_correct.ipynb #c09872d2
 def train_module(
@@ -738,6 +423,8 @@ def card_scores(
     scores: pd.DataFrame | None = None,  # `held_out_scores`' table (None: diagnosis only)
 ) -> dict:
     "The rows of the module's card, sorted by name (as its saved config keeps them): name -> a number or a line."
+    from darts_nb.triage import diagnosis_lines
+
     out = {'calibration: trained on': sources['calib'], 'calibration: held out': sources['held']}
     if scores is not None:
         for b, r in scores.iterrows():
@@ -826,6 +513,7 @@ def correct_merge(
     from darts_nb.core import default_device
     from darts_nb.cache import get_or_build_cache
     from darts_nb.surgery import save_surgery
+    from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight, plot_diagnosis
 
     plan = plan_correction(merged, experts, prompts, held_out=held_out, options=options, **kw)
     o, out = plan.options, Path(out_dir)
@@ -900,3 +588,27 @@ def attach_corrections(
     for d, p in folders.items():
         add_surgery(model, d, load_surgery(p, expect_hidden=model.config.hidden_size, device=device))
     return list(folders)
+
+# %% ../nbs/24_correct.ipynb #4af5a2eb
+# Names that moved to modules of their own stay importable from here; the import waits for their first use, so
+# those modules can build on this one without an import cycle.
+_MOVED = {
+    **dict.fromkeys(['read_prompts', 'parse_assignments'], 'darts_nb.prompts'),
+    **dict.fromkeys(
+        [
+            'checkpoint_tensors',
+            'lm_head_weight',
+            'head_shift',
+            'GROWS_P',
+            'MIN_HEADROOM',
+            'diagnose_pair',
+            'diagnosis_lines',
+            'plot_diagnosis',
+        ],
+        'darts_nb.triage',
+    ),
+}
+
+
+def __getattr__(name: str):
+    return moved_name(__name__, _MOVED, name)

@@ -1,4 +1,4 @@
-"""A named, resumable run of the programme: its directory, store, models, stages and arms.
+"""A named, resumable run of the programme: its directory, options and models, its results store and its jobs.
 
 Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 
@@ -7,48 +7,29 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
 import re
-import shutil
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 from fastcore.meta import delegates
-from .core import darts_home, set_seed, write_json, stable_hash, default_device
-from .domains import DOMAINS, METRICS
+from .core import darts_home, write_json, stable_hash, default_device, moved_name
+from .domains import DOMAINS
 from .options import RunOptions, run_options, check_run_name, check_shared_dir
 from darts_nb.inputs import (
     models_key,
     run_inputs,
     read_run_json,
     check_same_inputs,
-    pick_configs,
-    calib_items,
-    item_texts,
     config_by_role,
     source_key,
 )
-from .zoo import get_profile, load_model, Profile, shipped_sweep
-from darts_nb.merge import (
-    FAMILY_NAMES,
-    sweep_configs,
-    QUICK,
-    run_merges,
-    is_finished,
-    family,
-    best_per_method,
-    _same_config,
-    record_merge_failures,
-    check_configs,
-)
+from .zoo import get_profile, load_model, Profile
+from .merge import sweep_configs
 from .executors import Job, execute, make_executor
-from .surgery import make_surgery, save_surgery, surgery
 
 # The arms' names are re-exported: `from darts_nb.runs import Arm, NONE` was the import before arms had a notebook.
 from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # noqa: F401
-from .cache import get_or_build_cache, release_memory
-from .train import train_surgery, argmax_agreement
-from .bias import token_bias
+from .cache import release_memory
 from .store import record, load_results, load_items, results_path, check_store, RESULT_COLUMNS
 from .evaluate import evaluate_model
 from .lease import clean_stale
@@ -56,10 +37,7 @@ from .lease import clean_stale
 # %% auto #0
 __all__ = ['RUN_FIELDS', 'PROFILE_FIELDS', 'run_dir', 'Run', 'check_run_record', 'make_run', 'open_run', 'canonical_experts',
            'merge_hash', 'row_source', 'recorded', 'recorded_items', 'evaluate_in_run', 'score_job', 'record_job',
-           'run_jobs', 'task_rows', 'stage_experts', 'experts_table', 'merges_dir', 'sweep_grid', 'merge_state',
-           'stage_merges', 'merge_job', 'need_merge', 'score_merges', 'stage_sweep', 'sweep_table', 'best_merges',
-           'sweep_basis', 'calib_texts', 'run_cache', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm',
-           'arms_over']
+           'run_jobs']
 
 # %% ../nbs/15_runs.ipynb #476ff691
 def run_dir(
@@ -489,384 +467,46 @@ def run_jobs(
     failures = run.dir / 'failed_jobs.json'
     return execute(run.jobs_executor, run, jobs, desc=desc, on_result=on_result, failures=failures)
 
-# %% ../nbs/15_runs.ipynb #3c7adac7
-def task_rows(
-    run: Run,  # the run
-    **key,  # column values the rows must have
-) -> pd.DataFrame:
-    "The matching rows that hold a domain's task score."
-    df = recorded(run, **key)
-    return df[df.metric.isin(list(METRICS.values()))] if len(df) else df
+# %% ../nbs/15_runs.ipynb #36e3359d
+# Names that moved to modules of their own stay importable from here; the import waits for their first use, so
+# those modules can build on this one without an import cycle.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            'task_rows',
+            'stage_experts',
+            'experts_table',
+            'merges_dir',
+            'sweep_grid',
+            'merge_state',
+            'stage_merges',
+            'merge_job',
+            'need_merge',
+            'score_merges',
+            'stage_sweep',
+            'sweep_table',
+            'best_merges',
+            'sweep_basis',
+        ],
+        'darts_nb.stages',
+    ),
+    **dict.fromkeys(
+        [
+            'calib_texts',
+            'run_cache',
+            'domain_cache',
+            'cache_job',
+            'arm_job',
+            'sweep_scores',
+            'run_arm',
+            'arms_over',
+        ],
+        'darts_nb.run_arms',
+    ),
+    # not defined here, but imported here for the arms before they moved, and so importable from here (premises)
+    'calib_items': 'darts_nb.inputs',
+}
 
-# %% ../nbs/15_runs.ipynb #0f804399
-def stage_experts(
-    run: Run,  # the run
-) -> None:
-    "Score the base and each expert on every domain (skipped when recorded)."
-    keys = {role: dict(role='base' if role == 'base' else 'expert', merge_config=role) for role in run.profile.paths}
-    todo = [(r, p) for r, p in run.profile.paths.items() if not len(recorded(run, **keys[r]))]
-    run_jobs(run, [Job(score_job, (str(p), DOMAINS, keys[r]), f'score {r}') for r, p in todo], 'experts')
 
-# %% ../nbs/15_runs.ipynb #36ef9160
-def experts_table(
-    run: Run,  # the run
-) -> pd.DataFrame:
-    "Scores (%) of the base and the experts: rows model, columns domain."
-    df = task_rows(run)
-    df = df[df.role.isin(['base', 'expert'])] if len(df) else df
-    if df.empty:
-        return pd.DataFrame()
-    t = df.pivot_table(index='merge_config', columns='domain', values='value')
-    # one row order, however the profile lists its experts (run.json keeps them sorted by name)
-    rows = ['base', *canonical_experts(run.profile.experts)]
-    t = t.reindex(index=[r for r in rows if r in t.index], columns=list(DOMAINS))
-    return t.rename_axis(index='model', columns=None)
-
-# %% ../nbs/15_runs.ipynb #624f19b4
-def merges_dir(
-    run: Run,  # the run
-) -> Path:
-    "Where a profile's merges live: shared by the runs of the same checkpoints, never by runs of other ones."
-    return run.home / 'merges' / (f'{run.profile.name}-{run.models_key}' if run.models_key else run.profile.name)
-
-# %% ../nbs/15_runs.ipynb #165ecf18
-def sweep_grid(
-    run: Run,  # the run
-) -> dict[str, dict]:
-    "The run's merges: the full grid; with `run.quick` one per family, the full sweep's choice on a shipped zoo."
-    if not run.quick:
-        return _grid(run)
-    shipped = shipped_sweep(run.profile)
-    names = list(shipped['best'].values()) if shipped else list(QUICK)
-    return pick_configs(_grid(run), names)
-
-# %% ../nbs/15_runs.ipynb #0cb3816a
-def _configs(run: Run, names: list[str] | None) -> dict:
-    "The run's sweep (None), or the named configurations of the full grid (a record may need one off the sweep)."
-    if names is None:
-        return sweep_grid(run)
-    return pick_configs(_grid(run), names)
-
-# %% ../nbs/15_runs.ipynb #d5894c0d
-def merge_state(
-    run: Run,  # the run
-    merge: str,  # a configuration name of the grid
-) -> str:
-    "'ready', 'missing', 'unfinished', or 'other' (finished, but not the configuration this run's grid names so)."
-    path = merges_dir(run) / merge
-    if not is_finished(path):
-        return 'unfinished' if path.exists() else 'missing'
-    cfg = _grid(run).get(merge)
-    return 'ready' if cfg is not None and _same_config(path, cfg) else 'other'
-
-# %% ../nbs/15_runs.ipynb #4dc52912
-def stage_merges(
-    run: Run,  # the run
-    names: list[str] | None = None,  # configurations of the grid to merge (None: the run's sweep)
-) -> pd.DataFrame:
-    "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
-    cfgs = _configs(run, names)
-    check_configs(cfgs)  # once, in the driver: bad input raises before any job
-    rows = run_jobs(run, [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()], 'merge', record=False)
-    res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
-    record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
-    failed = res[res.status == 'failed']
-    if len(failed):
-        print(f"{len(failed)} merge(s) failed and are left out: {dict(zip(failed.name, failed.error))}")
-    return res
-
-# %% ../nbs/15_runs.ipynb #9b3317c3
-def merge_job(
-    run: Run,  # the run
-    name: str,  # a configuration of the grid
-    cfg: dict,  # its mergekit configuration
-) -> pd.DataFrame:
-    "Make one merge in the run's merges folder; returns its row of `run_merges`' table (the driver records failures)."
-    return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False, check=False)
-
-# %% ../nbs/15_runs.ipynb #503ad8da
-def need_merge(
-    run: Run,  # the run
-    merge: str,  # a configuration name of the grid
-) -> Path:
-    "The directory of merge `merge`, made if missing; a clear error when it holds another configuration."
-    if merge_state(run, merge) in ('missing', 'unfinished'):
-        stage_merges(run, [merge])
-    state, path = merge_state(run, merge), merges_dir(run) / merge
-    if state == 'other':
-        raise ValueError(
-            f"merge {merge!r}: {path} holds another configuration than this run's grid names so; "
-            "delete it to merge again"
-        )
-    if state != 'ready':
-        raise ValueError(
-            f"merge {merge!r} could not be made in {path} (see the failure above); delete it and run again"
-        )
-    return path
-
-# %% ../nbs/15_runs.ipynb #7f6b4e05
-def score_merges(
-    run: Run,  # the run
-    names: list[str] | None = None,  # configurations of the grid to score (None: the run's sweep)
-) -> None:
-    "Score every finished merge on every domain (skipped when recorded)."
-    ready = [n for n in _configs(run, names) if merge_state(run, n) == 'ready']
-    todo = [n for n in ready if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
-    jobs = [
-        Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
-        for n in todo
-    ]
-    run_jobs(run, jobs, 'evaluate merges')
-
-# %% ../nbs/15_runs.ipynb #d1f0869c
-def stage_sweep(
-    run: Run,  # the run
-    names: list[str] | None = None,  # configurations (None: the whole sweep)
-) -> None:
-    "Merge, then score, the sweep; without `run.keep_merges`, `workers` at a time, each deleted once scored."
-    if run.keep_merges:
-        stage_merges(run, names)
-        score_merges(run, names)
-        return
-    todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
-    for i in tqdm(range(0, len(todo), run.workers), desc='sweep (merge, score, delete)'):
-        part = todo[i : i + run.workers]
-        stage_merges(run, part)
-        score_merges(run, part)
-        for n in part:
-            shutil.rmtree(merges_dir(run) / n, ignore_errors=True)
-
-# %% ../nbs/15_runs.ipynb #da32cb15
-def sweep_table(
-    run: Run,  # the run
-) -> pd.DataFrame:
-    "Every evaluated merge: family, score per domain and the mean, best first."
-    df = task_rows(run, role='merged', surgery_kind='')
-    if df.empty:
-        return pd.DataFrame()
-    t = df.pivot_table(index='merge_config', columns='domain', values='value').reindex(columns=list(DOMAINS))
-    t = t.assign(mean=t.mean(axis=1), family=[FAMILY_NAMES[family(n)] for n in t.index])
-    return t.sort_values('mean', ascending=False).rename_axis(index='merge', columns=None)
-
-# %% ../nbs/15_runs.ipynb #68c47e26
-def best_merges(
-    run: Run,  # the run
-) -> dict[str, str]:
-    "Family name -> the sweep's best configuration by mean score across domains (the paper's rule), Table 1's order."
-    df = task_rows(run, role='merged', surgery_kind='')
-    df = df[df.merge_config.isin(list(sweep_grid(run)))] if len(df) else df  # the sweep's, not a record's extra merge
-    if df.empty:
-        raise ValueError(f"run {run.name!r} has no evaluated merges: run the 'sweep' experiment first")
-    scores = df.rename(columns={'merge_config': 'config', 'value': 'score'})[['config', 'domain', 'score']]
-    best = best_per_method(scores)
-    return {FAMILY_NAMES[f]: best.loc[f, 'config'] for f in FAMILY_NAMES if f in best.index}
-
-# %% ../nbs/15_runs.ipynb #b431a967
-def sweep_basis(
-    run: Run,  # the run
-) -> str:
-    "What the run's best merges rest on, in words, for the claims made on them."
-    if not run.quick:
-        return f'the best of each family among the {len(_grid(run))} merges of the full sweep'
-    shipped = shipped_sweep(run.profile)
-    if shipped:
-        return (
-            f"the best of each family in the full sweep of this shipped zoo ({shipped['merges']} merges on "
-            f"{shipped['items']} items per domain, measured {shipped['measured']}), as the full programme chooses"
-        )
-    return (
-        "the quick sweep's one merge per family, not the full sweep's choice (`darts run` without --quick sweeps "
-        f'{len(_grid(run))} merges and may choose others)'
-    )
-
-# %% ../nbs/15_runs.ipynb #aab1cfed
-def calib_texts(
-    run: Run,  # the run
-    domain: str,  # one of DOMAINS
-    n: int = 50,  # texts wanted
-    seed: int = 0,  # calibration seed
-    split: str = 'calib',  # 'calib', or 'eval' for held-out text
-    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
-) -> tuple[list[str], list | None]:
-    "(texts, their spans) of a domain's calibration or held-out items (spans None off the toy zoo)."
-    items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
-    return item_texts(run.eval_profile, domain, items, split=split, mode=mode)
-
-# %% ../nbs/15_runs.ipynb #9fb442fe
-def run_cache(
-    run: Run,  # the run: its device, its one-model-at-a-time loader and its cache folder
-    merged: str | Path,  # the checkpoint whose hidden states are corrected (a merge, or an expert for a control)
-    target: str | Path,  # the checkpoint whose hidden states are the target (an expert)
-    texts: list[str],  # the texts
-    spans: list | None = None,  # per text, the spans that label its tokens (see `cache.build_cache`)
-):
-    "The hidden-state cache of `texts` through (merged, target) in the run's settings, built once and kept."
-    return get_or_build_cache(
-        merged,
-        target,
-        texts,
-        max_len=512,
-        device=run.device,
-        root=run.home / 'caches',
-        progress=False,
-        models=run.model,
-        spans=spans,
-    )
-
-# %% ../nbs/15_runs.ipynb #56efb15c
-def domain_cache(
-    run: Run,  # the run
-    merge: str,  # a merge of the run's sweep
-    domain: str,  # one of DOMAINS (its expert is the target)
-    split: str = 'calib',  # 'calib' or 'eval' (held-out)
-    n: int = 50,  # texts
-    seed: int = 0,  # calibration seed
-    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
-):
-    "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
-    need_merge(run, merge)
-    items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
-    # the same set in any order is one cache: seeds that only reorder share it; the seed's order is restored below
-    order = sorted(range(len(items)), key=lambda i: items[i]['id'])
-    texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split=split, mode=mode)
-    c = run_cache(run, merges_dir(run) / merge, run.profile.experts[domain], texts=texts, spans=spans)
-    where = {i: k for k, i in enumerate(order)}
-    return c[[where[i] for i in range(len(items))]]
-
-# %% ../nbs/15_runs.ipynb #d3cb3068
-def cache_job(
-    run: Run,  # the run
-    *args,  # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
-) -> None:
-    "Build one hidden-state cache in the shared folder, for the arms that read it (nothing to record)."
-    domain_cache(run, *args)
-
-# %% ../nbs/15_runs.ipynb #634f78e9
-def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head, cache):
-    "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
-    set_seed(arm.seed)
-    config = merged.config
-    module = make_surgery(arm.kind, config.hidden_size, rank=arm.rank, vocab_size=config.vocab_size)
-    module = module.to(cache.device)
-    hist = train_surgery(
-        module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False
-    )
-    module.eval()
-    save_surgery(
-        module,
-        run.shared / 'surgery' / merge / domain / arm.dirname,
-        merged_model=str(merges_dir(run) / merge),
-        expert=(run.profile.hub_ids or {}).get(domain) or str(run.profile.experts[domain]),
-        domain=domain,
-        loss=arm.loss,
-        seed=arm.seed,
-    )
-    return module, hist[-1]
-
-# %% ../nbs/15_runs.ipynb #93c3a7e5
-def arm_job(
-    run: Run,  # the run
-    merge: str,  # a merge of the run's sweep
-    domain: str,  # one of DOMAINS
-    arm: Arm,  # the surgery configuration
-    # the `none` arm: the sweep's scores of the merge on the domain (`sweep_scores`, read by the driver); None: evaluate
-    scored: tuple | None = None,
-) -> dict:
-    "The work of `run_arm`: train, measure, attach and score; the rows and items to record."
-    key = dict(merge_config=merge, domain=domain, **arm.key())
-    need_merge(run, merge)
-    # one model in memory at a time: the expert's head alone outlives the expert, the caches exist (built one model
-    # at a time if they did not) before the merged model is held, and loading it releases the expert
-    head = run.head(run.profile.experts[domain])
-    held = domain_cache(run, merge, domain, split='eval')
-    calib = None
-    if arm.kind != 'none':
-        calib = domain_cache(run, merge, domain, split='calib', n=arm.calib_n, seed=arm.seed, mode=arm.calib_text)
-    merged, tok = run.model(merges_dir(run) / merge)
-    n = int(held.mask.sum())
-    if arm.kind == 'none':
-        module, rows, items = None, [], []
-    else:
-        module, final = _train_arm(run, merge, domain, arm=arm, merged=merged, head=head, cache=calib)
-        # per held-out prompt: Eq. 7's sums
-        before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)
-        rows = [
-            dict(metric='rho_l1', value=100 * (1 - after.sum().item() / before.sum().item()), n=n),
-            dict(metric='final_loss', value=final, n=arm.iters),
-        ]
-        ids = [it['id'] for it in calib_items(domain, len(held), split='eval', profile=run.eval_profile)]
-        items = [
-            dict(metric=m, item=i, value=float(v))
-            for m, b in (('l1_before', before), ('l1_after', after))
-            for i, v in zip(ids, b.tolist())
-        ]
-    rows.append(dict(metric='argmax_agree', value=100 * argmax_agreement(module, held, head), n=n))
-    if scored is None or module is not None:
-        with surgery(merged, module):
-            df = evaluate_in_run(run, merged, tok, domains=[domain], key=key, n_calib=max(50, arm.calib_n))
-        scored = (
-            df.drop(columns=['domain']).to_dict('records'),
-            df.attrs['items'].drop(columns=['domain']).to_dict('records'),
-        )
-    return dict(key=key, rows=rows + scored[0], items=items + scored[1])
-
-# %% ../nbs/15_runs.ipynb #af454473
-def sweep_scores(
-    run: Run,  # the run
-    merge: str,  # a merge the sweep scored
-    domain: str,  # one of DOMAINS
-) -> tuple[list, list] | None:
-    "The sweep's evaluation of a merge on a domain (rows, items): the `none` arm's scores; None when absent."
-    key = dict(role='merged', merge_config=merge, domain=domain, surgery_kind='')
-    # an unjudged AlpacaEval has only its 'generated' count: recorded, and not generated twice
-    df = recorded(run, **key)
-    its = recorded_items(run, **key)
-    if df.empty or (its.empty and df.metric.isin(list(METRICS.values())).any()):
-        return None  # a score without its items: evaluate again
-    rows = df[['metric', 'value', 'n', 'stderr']].to_dict('records')
-    return rows, its[['metric', 'item', 'value']].to_dict('records')
-
-# %% ../nbs/15_runs.ipynb #8a42d315
-def run_arm(
-    run: Run,  # the run
-    merge: str,  # a merge of the run's sweep
-    domain: str,  # one of DOMAINS
-    arm: Arm,  # the surgery configuration
-) -> pd.DataFrame:
-    "Train, measure, attach and score one arm on one (merge, domain); skipped when recorded."
-    key = dict(merge_config=merge, domain=domain, **arm.key())
-    if not len(recorded(run, **key)):
-        scored = sweep_scores(run, merge, domain) if arm.kind == 'none' else None
-        record_job(run, arm_job(run, merge, domain, arm=arm, scored=scored))
-    return recorded(run, **key)
-
-# %% ../nbs/15_runs.ipynb #c4ca1888
-def arms_over(
-    run: Run,  # the run
-    merges: list[str],  # merges to run the arms on
-    arms: list[Arm],  # the arms
-    desc: str,  # the progress bar's label
-) -> None:
-    "Run every (merge, arm, domain) not yet recorded as a job, after the merges and caches they read (each a job too)."
-    missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
-    if missing:
-        stage_merges(run, missing)  # before any job needs them
-    todo = [
-        (m, d, a)
-        for m in dict.fromkeys(merges)
-        for a in arms
-        for d in DOMAINS
-        if not len(recorded(run, merge_config=m, domain=d, **a.key()))
-    ]
-    caches = {}
-    for m, d, a in todo:
-        caches[(m, d, 'eval', 50, 0, 'prompt')] = None
-        if a.kind != 'none':
-            caches[(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] = None
-    cache_jobs = [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches]
-    run_jobs(run, cache_jobs, f'{desc}: caches', record=False)
-    arm_jobs = [
-        Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
-        for m, d, a in todo
-    ]
-    run_jobs(run, arm_jobs, desc)
+def __getattr__(name: str):
+    return moved_name(__name__, _MOVED, name)

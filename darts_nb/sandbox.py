@@ -8,9 +8,11 @@ Docs: https://darts-nb.github.io/darts_nb/sandbox.html.md"""
 from __future__ import annotations
 import os
 import sys
+import ast
 import json
 import time
 import select
+import inspect
 import secrets
 import builtins
 import decimal
@@ -20,6 +22,7 @@ import subprocess
 import collections
 from contextlib import contextmanager
 from dataclasses import dataclass
+from . import _serve
 from .core import check_int, check_number
 from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
 from .containment import SandboxUnavailable, sandbox_python  # noqa: F401 (re-exported)
@@ -326,84 +329,20 @@ def _raised(
     return _Outcome('error', 'a malformed exception')
 
 # %% ../nbs/01_sandbox.ipynb #5f798e09
-_SERVE = """
-    import os, sys, json, builtins, decimal, fractions, collections
-    rd, wr = os.fdopen(rfd, 'rb'), os.fdopen(wfd, 'wb')
-    g = globals() if main else {}
-    try:
-        exec(compile(src, '<program>', 'exec'), g)
-    except SystemExit as e:
-        if not main or e.code not in (None, 0):
-            raise
+def _body(
+    fn,  # a module-level function with a docstring
+) -> str:
+    "The source of `fn`'s body as written in its file (indented one level): its signature and docstring left out."
+    if fn.__qualname__ != fn.__name__:
+        raise ValueError(f'{fn.__qualname__}: expected a module-level function with a docstring')
+    src = inspect.getsource(fn)
+    f = ast.parse(src).body[0]
+    if not isinstance(f, ast.FunctionDef) or ast.get_docstring(f) is None:
+        raise ValueError(f'{fn.__qualname__}: expected a module-level function with a docstring')
+    return ''.join(src.splitlines(keepends=True)[f.body[0].end_lineno :])
 
-    def deep(f, *a):
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(old + 10000)
-        try:
-            return f(*a)
-        finally:
-            sys.setrecursionlimit(old)
-
-    def text(e):
-        try:
-            return f'{type(e).__name__}: {e}'[:300]
-        except BaseException:
-            return type(e).__name__
-
-    def described(e):
-        bases = [c.__name__ for c in type(e).__mro__ if c.__module__ == 'builtins']
-        try:
-            args = deep(encode_value, list(e.args))
-            args = args if len(deep(json.dumps, args)) <= 1 << 16 else None
-        except BaseException:
-            args = None
-        return [type(e).__name__, bases, args, text(e).split(': ', 1)[-1]]
-
-    for line in rd:
-        op, name, args, kwargs, nonce = json.loads(line)
-        r = {'id': nonce}
-        if op == 'names':
-            r['ok'], room = {}, limit // 2
-            for k, v in list(g.items()):
-                if type(k) is not str or k.startswith('__'):
-                    continue
-                if callable(v):
-                    r['ok'][k] = 'fn'
-                    continue
-                try:
-                    enc = deep(encode_value, v)
-                    room -= len(deep(json.dumps, enc))
-                except BaseException:
-                    continue
-                if room >= 0:
-                    r['ok'][k] = ['v', enc]
-        else:
-            try:
-                if name not in g:
-                    raise NameError(f'name {name!r} is not defined')
-                v = g[name](*deep(decode_value, args), **deep(decode_value, kwargs))
-            except BaseException as e:
-                r['raised'] = described(e)
-            else:
-                try:
-                    r['ok'] = deep(encode_value, v)
-                except BaseException as e:
-                    r['unsupported'] = text(e)
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()  # what the program printed, kept when it is killed at the end
-            except BaseException:
-                pass
-        try:
-            data = deep(json.dumps, r)
-        except BaseException as e:
-            data = json.dumps({'id': nonce, 'unsupported': 'an answer JSON cannot carry: ' + text(e)})
-        if len(data) > limit:
-            over = f'an answer of {len(data)} bytes, over the limit of {limit}'
-            data = json.dumps({'id': nonce, 'unsupported': over})
-        wr.write(data.encode() + b'\\n')
-        wr.flush()
-"""
+# %% ../nbs/01_sandbox.ipynb #51e5648d
+_SERVE = _body(_serve.serve)  # the call server's code, spliced into the sandboxed program by `_server`
 
 # %% ../nbs/01_sandbox.ipynb #cae98a86
 def _server(
@@ -419,7 +358,7 @@ def _server(
 
     helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
     call = f'__darts_serve({rfd}, {wfd}, {program!r}, {main}, {limit})'
-    return f'def __darts_serve(rfd, wfd, src, main, limit):\n{helpers}{_SERVE}\n{call}\n'
+    return f'def __darts_serve(rfd, wfd, src, main, limit):\n{helpers}\n{_SERVE}\n{call}\n'
 
 # %% ../nbs/01_sandbox.ipynb #b030ed4c
 _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
@@ -445,8 +384,10 @@ class _Remote:
         if left <= 0:
             raise self._fail('timeout', f'no answer within the time limit (call {self.calls + 1})')
         # read, write and error lists and the timeout: select takes them by position only
-        watch = ([], [fd], [], left) if write else ([fd], [], [], left)
-        return bool(select.select(*watch)[0 if not write else 1])
+        # (tools/check_layout.py allows it by name)
+        if write:
+            return bool(select.select([], [fd], [], left)[1])
+        return bool(select.select([fd], [], [], left)[0])
 
     def _send(self, data: bytes) -> None:
         view = memoryview(data)

@@ -1,4 +1,4 @@
-"""Standard, DARTS (position), Add and Parallel surgery modules; attaching them to a model; saving, loading.
+"""Standard, DARTS (position), Add and Parallel modules and their controls; the registry; config and weight checks.
 
 Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 
@@ -7,32 +7,25 @@ Docs: https://darts-nb.github.io/darts_nb/surgery.html.md"""
 # %% ../nbs/04_surgery.ipynb #f2038bdd
 from __future__ import annotations
 import math
-import hashlib
-import json
 import re
-import os
-import inspect
-import tempfile
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .core import positions_from_mask, lm_head, check_choice, check_int, stable_hash, save_dir, read_dir
-from .core import _read_at, _refuse_foreign
+from .core import check_choice, check_int, moved_name
+
+# Re-exported (`_all_`): the positions every module takes, as `from darts_nb.surgery import positions_from_mask`
+from .core import positions_from_mask  # noqa: F401
 
 _all_ = ['positions_from_mask']
 
 # %% auto #0
 __all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES',
-           'MAX_HEADER_BYTES', 'TEXT_FIELDS', 'WEIGHTS', 'CONFIG', 'CARD', 'OLD_WEIGHTS', 'OLD_CONFIG',
-           'SAFETENSORS_DTYPES', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery',
-           'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config',
-           'surgery_from_config', 'apply_surgery', 'n_params', 'forward_names', 'call_positions', 'call_ids',
-           'check_finite', 'surgery_of', 'detach_surgery', 'attach_surgery', 'surgery', 'surgery_card', 'save_surgery',
-           'read_surgery_config', 'load_surgery', 'positions_from_mask']
+           'MAX_HEADER_BYTES', 'TEXT_FIELDS', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery',
+           'ParallelSurgery', 'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery',
+           'check_surgery_config', 'surgery_from_config', 'apply_surgery', 'n_params', 'check_finite',
+           'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _bottleneck(hidden_size, rank):
@@ -380,103 +373,6 @@ def n_params(module: nn.Module) -> int:
     "Number of trainable parameters."
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
-# %% ../nbs/04_surgery.ipynb #6f23694f
-def _past_length(cache) -> int:
-    "The number of tokens a KV cache holds already (0 for none)."
-    if cache is None:
-        return 0
-    if hasattr(cache, 'get_seq_length'):
-        return int(cache.get_seq_length())
-    try:
-        return int(cache[0][0].shape[-2])  # legacy tuple cache
-    except Exception:
-        return 0
-
-# %% ../nbs/04_surgery.ipynb #75326002
-try:
-    from transformers.modeling_utils import slice_logits_to_keep as _hf_slice_keep
-except ImportError:
-    _hf_slice_keep = None
-
-
-def _slice_keep(positions, logits_to_keep):
-    "Slice B x T `positions` the way the model slices its hidden states for `logits_to_keep`."
-    if logits_to_keep is None or (isinstance(logits_to_keep, int) and logits_to_keep == 0):
-        return positions
-    if _hf_slice_keep is not None:
-        return _hf_slice_keep(positions.unsqueeze(-1), logits_to_keep).squeeze(-1)
-    if isinstance(logits_to_keep, int):
-        return positions[:, -logits_to_keep:]
-    return positions[:, logits_to_keep]
-
-# %% ../nbs/04_surgery.ipynb #2d10d558
-def _kept(x, keep):
-    "The columns of B x T `x` whose logits the model computes (`logits_to_keep`)."
-    return x if isinstance(keep, int) and (keep == 0 or keep >= x.shape[1]) else _slice_keep(x, keep)
-
-# %% ../nbs/04_surgery.ipynb #6f23694a
-def forward_names(
-    model,  # a causal LM
-) -> tuple[str, ...]:
-    "Names of the parameters `model.forward` takes by position, in order (to name a hook's positional arguments)."
-    ps = inspect.signature(model.forward).parameters.values()
-    return tuple(p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-
-# %% ../nbs/04_surgery.ipynb #e3a6df2c
-def _call_args(model, args, kwargs, names) -> dict:
-    "A call's arguments by name."
-    a = dict(zip(forward_names(model) if names is None else names, args))
-    a.update(kwargs)
-    if isinstance(a.get('kwargs'), dict):
-        a.update(a['kwargs'])
-    return a
-
-# %% ../nbs/04_surgery.ipynb #6f23694b
-def call_positions(
-    model,  # the causal LM being called
-    args: tuple,  # the call's positional arguments
-    kwargs: dict,  # the call's keyword arguments
-    names: tuple[str, ...] | None = None,  # `forward_names(model)`, computed once by `attach_surgery`
-) -> torch.LongTensor:
-    "Absolute positions (B x T) of the tokens in one `model(*args, **kwargs)` call."
-    a = _call_args(model, args, kwargs, names=names)
-    ids, emb = a.get('input_ids'), a.get('inputs_embeds')
-    x = ids if ids is not None else emb
-    if x is None:
-        raise ValueError("attach_surgery: the call has neither input_ids nor inputs_embeds")
-    B, T = x.shape[0], x.shape[1]
-    pos, mask = a.get('position_ids'), a.get('attention_mask')
-    # position_ids are what generate passes: already padding-aware, usually B x T long on x's device
-    if pos is not None:
-        if pos.device != x.device or pos.dtype != torch.long:
-            pos = pos.to(x.device, torch.long)
-        if pos.dim() == 1:
-            pos = pos[None]
-        if pos.dim() == 3:
-            pos = pos[0]  # (3, B, T) multimodal rope ids: take the temporal row
-        if tuple(pos.shape) != (B, T):
-            pos = pos[:, -T:].expand(B, T)
-    elif isinstance(mask, torch.Tensor) and mask.dim() == 2:
-        pos = positions_from_mask(mask.to(x.device))[:, -T:]
-    else:
-        cache = a.get('cache', a.get('past_key_values'))
-        cp = a.get('cache_position')
-        start = int(cp.reshape(-1)[0]) if isinstance(cp, torch.Tensor) and cp.numel() else _past_length(cache)
-        pos = (start + torch.arange(T, device=x.device)).expand(B, T)
-    return _kept(pos, a.get('logits_to_keep', 0))
-
-# %% ../nbs/04_surgery.ipynb #604ff695
-def call_ids(
-    model,  # the causal LM being called
-    args: tuple,  # the call's positional arguments
-    kwargs: dict,  # the call's keyword arguments
-    names: tuple[str, ...] | None = None,  # `forward_names(model)`
-) -> torch.LongTensor | None:
-    "The token ids (B x T) of one call, as the LM head sees them; None when it passes embeddings only."
-    a = _call_args(model, args, kwargs, names=names)
-    ids = a.get('input_ids')
-    return None if ids is None else _kept(ids, a.get('logits_to_keep', 0))
-
 # %% ../nbs/04_surgery.ipynb #a9b4d2bd
 def check_finite(
     module: nn.Module,  # a surgery module
@@ -491,407 +387,51 @@ def check_finite(
         )
     return module
 
-# %% ../nbs/04_surgery.ipynb #4d50b1e1
-def _module_hidden(model) -> int:
-    "The hidden size of `model`'s LM head input."
-    head = lm_head(model)
-    w = getattr(head, 'weight', None)
-    if w is not None and w.dim() == 2:
-        return int(w.shape[1])
-    return int(model.config.hidden_size)
+# %% ../nbs/04_surgery.ipynb #dab64637
+# Names that moved to modules of their own stay importable from here; the import waits for their first use, so
+# those modules can build on this one without an import cycle.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            'forward_names',
+            'call_positions',
+            'call_ids',
+            'surgery_of',
+            'detach_surgery',
+            'attach_surgery',
+            'surgery',
+            '_hook_surgery',
+        ],
+        'darts_nb.hooks',
+    ),
+    **dict.fromkeys(
+        [
+            'WEIGHTS',
+            'CONFIG',
+            'CARD',
+            'OLD_WEIGHTS',
+            'OLD_CONFIG',
+            'SAFETENSORS_DTYPES',
+            'surgery_card',
+            'save_surgery',
+            'read_surgery_config',
+            'load_surgery',
+            'load_pretrained',
+            'push_surgery',
+            '_own_files',
+            '_parse_config',
+            '_read_weights',
+            '_module_from_state',
+            '_yaml_scalar',
+            '_md',
+        ],
+        'darts_nb.surgery_files',
+    ),
+}
 
-# %% ../nbs/04_surgery.ipynb #5725ef0c
-def surgery_of(
-    model,  # a causal LM
-) -> SurgeryModule | None:
-    "The module attached to `model`, or None."
-    st = getattr(model, '_darts_surgery', None)
-    return None if st is None else st['module']
 
-# %% ../nbs/04_surgery.ipynb #d3f7adbf
-def detach_surgery(
-    model,  # a causal LM
-) -> SurgeryModule | None:
-    "Remove the attached module's hooks (if any); returns the module that was attached."
-    st = model.__dict__.pop('_darts_surgery', None)
-    if st is None:
-        return None
-    for hd in st['handles']:
-        hd.remove()
-    for k in ('extra_repr', 'save_pretrained'):
-        model.__dict__.pop(k, None)
-    return st['module']
-
-# %% ../nbs/04_surgery.ipynb #37195177
-def _hook_surgery(model, module):
-    "`attach_surgery` less its `save_pretrained`: the checks, the hooks and the repr (what an exported file needs)."
-    if not isinstance(module, nn.Module) or not hasattr(module, 'hidden_size'):
-        raise TypeError(f"module: expected a surgery module, got {type(module).__name__}")
-    H = _module_hidden(model)
-    if module.hidden_size != H:
-        raise ValueError(f"module.hidden_size={module.hidden_size} does not match the model's hidden size {H}")
-    check_finite(module, 'attach_surgery')  # a NaN module would make every generation empty
-    detach_surgery(model)
-    head = lm_head(model)
-    w = getattr(head, 'weight', None)
-    if w is not None:
-        module.to(w.device)
-    state, names = dict(module=module, positions=None, ids=None), forward_names(model)
-
-    def record(mod, args, kwargs):
-        state['positions'] = call_positions(mod, args, kwargs, names=names)
-        if module.needs_ids:
-            state['ids'] = call_ids(mod, args, kwargs, names=names)
-            if state['ids'] is None:
-                raise ValueError(
-                    f"attach_surgery: the {module.kind} module needs input_ids, and the call passes embeddings only"
-                )
-
-    def clear(mod, args, kwargs, out):
-        state['positions'] = state['ids'] = None
-
-    def correct(mod, args):
-        pos, ids = state['positions'], state['ids']
-        if pos is None or not args:
-            return None
-        h = args[0]
-        if tuple(pos.shape) != tuple(h.shape[:-1]):
-            raise RuntimeError(
-                f"attach_surgery: recorded positions {tuple(pos.shape)} do not match the LM head input {tuple(h.shape)}"
-            )
-        if module.down.weight.device != h.device:
-            module.to(h.device)  # the model was moved after attaching
-        ids = None if ids is None else ids.to(h.device)
-        return (module.corrected(h, pos.to(h.device), ids),) + tuple(args[1:])
-
-    handles = [
-        model.register_forward_pre_hook(record, with_kwargs=True),
-        model.register_forward_hook(clear, with_kwargs=True, always_call=True),
-        head.register_forward_pre_hook(correct),
-    ]
-
-    def extra_repr():
-        sizes = f'hidden_size={module.hidden_size}, rank={module.rank}, max_len={module.max_len}'
-        return f'darts_surgery={module.kind}({sizes})'
-
-    model.__dict__.update(_darts_surgery=dict(module=module, handles=handles, state=state), extra_repr=extra_repr)
-    return model
-
-# %% ../nbs/04_surgery.ipynb #d8abd4a0
-def attach_surgery(
-    model,  # a Hugging Face causal LM
-    module: SurgeryModule,  # the surgery module; attaching again replaces the previous one
-):
-    "Make `model` apply `module` to its LM head's input in every forward call (generate, KV cache, left padding)."
-    _hook_surgery(model, module)
-
-    # The checkpoint alone would silently lose the correction: save the module beside it, and say so
-    def save_pretrained(save_directory, *a, **k):
-        beside = Path(save_directory) / 'darts_surgery'
-        # every check before the checkpoint is written: never a checkpoint without its module
-        files, own = _surgery_files(module, beside, getattr(module, 'meta', {}))
-        out = type(model).save_pretrained(model, save_directory, *a, **k)
-        warnings.warn(
-            f"save_pretrained: the attached DARTS module is not in the model's checkpoint; saved beside it, "
-            f"to {beside} (SurgeryModule.from_pretrained, then attach_surgery)",
-            stacklevel=2,
-        )
-        save_dir(beside, files, own=own, what='surgery module')
-        return out
-
-    model.__dict__['save_pretrained'] = save_pretrained
-    return model
-
-# %% ../nbs/04_surgery.ipynb #a7c46803
-@contextmanager
-def surgery(
-    model,  # a Hugging Face causal LM
-    # the module to apply inside the block, or its name (`deploy.add_surgery`); None: none
-    module: SurgeryModule | str | None,
-):
-    "Attach `module` to `model` inside a `with` block, then restore what was attached before."
-    prev = detach_surgery(model)
-    try:
-        if module is not None:
-            attach_surgery(model, model.__dict__['_darts_named'][module] if isinstance(module, str) else module)
-        yield model
-    finally:
-        detach_surgery(model)
-        if prev is not None:
-            attach_surgery(model, prev)
-
-# %% ../nbs/04_surgery.ipynb #a9b4d2be
-WEIGHTS, CONFIG, CARD = 'surgery_model.safetensors', 'surgery_config.json', 'README.md'
-OLD_WEIGHTS, OLD_CONFIG = 'surgery.safetensors', 'config.json'  # the format before issue 17: still loaded
-
-# %% ../nbs/04_surgery.ipynb #2e91f54f
-def _merge_config_hash(merged_model) -> str | None:
-    "The hash of a local merge's `merge.yaml` (the merge config), or None."
-    import yaml
-
-    if not merged_model:
-        return None
-    try:
-        return stable_hash(yaml.safe_load((Path(str(merged_model)).expanduser() / 'merge.yaml').read_text()))
-    except Exception:
-        return None
-
-# %% ../nbs/04_surgery.ipynb #7ee1139c
-def _own_files(
-    path: Path,  # a folder a module is about to be saved into
-) -> set:
-    "The files a save may replace in `path`: a module's; the old format's and the card only where they are its own."
-
-    def cfg(name):  # the config `name` in `path` when it is a module's (read defensively), else None
-        try:
-            c = json.loads(_read_at(None, str(path / name), MAX_CONFIG_BYTES) or b'null')
-        except (OSError, ValueError):
-            return None
-        return c if isinstance(c, dict) and isinstance(c.get('kind'), str) and c['kind'] in SURGERY_KINDS else None
-
-    own = {WEIGHTS, CONFIG}
-    if (path / OLD_WEIGHTS).is_file() or cfg(OLD_CONFIG) is not None:  # an old module, not a model's config.json
-        own |= {OLD_WEIGHTS, OLD_CONFIG}
-    new = cfg(CONFIG)
-    try:
-        card = _read_at(None, str(path / CARD), MAX_CONFIG_BYTES) if new is not None else None
-    except (OSError, ValueError):
-        card = None
-    # the card of a module saved here, unchanged since (saved before card hashes were recorded: taken as unchanged)
-    if (
-        card is not None
-        and new.get('card_sha256', hashlib.sha256(card).hexdigest()) == hashlib.sha256(card).hexdigest()
-    ):
-        own.add(CARD)
-    return own
-
-# %% ../nbs/04_surgery.ipynb #b8a089e4
-def _yaml_scalar(
-    v,  # any value (written as its text)
-) -> str:
-    "`v` as one YAML scalar on one line: plain when YAML reads it back as the same string, else double-quoted."
-    import yaml
-
-    s = str(v)
-    if re.fullmatch(r'[\w./@+-]+( [\w./@+-]+)*', s):
-        try:
-            if yaml.safe_load(s) == s:
-                return s
-        except yaml.YAMLError:
-            pass
-    return yaml.safe_dump(s, default_style='"', width=float('inf'), allow_unicode=True).strip()
-
-# %% ../nbs/04_surgery.ipynb #898b0772
-def _md(
-    v,  # any value (written as its text)
-    cell: bool = False,  # it goes into a table cell: `|` is escaped too
-) -> str:
-    "`v` as one line of markdown text: line breaks and control characters escaped, backticks made quotes."
-    s = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], str(v)).replace('`', "'")
-    return s.replace('|', '\\|') if cell else s
-
-# %% ../nbs/04_surgery.ipynb #06eb4592
-def surgery_card(
-    cfg: dict,  # a saved module's config (`surgery_config.json`), with any `scores` / `rho_l1` given to save_surgery
-) -> str:
-    "The module's model card (README.md): what it corrects, its calibration, its held-out numbers, how to load it."
-
-    def g(k):
-        return _md(cfg.get(k) if cfg.get(k) not in (None, '') else 'not recorded')
-
-    scores = cfg.get('scores') or {'(none recorded)': ''}
-    if not isinstance(scores, dict):
-        raise ValueError(f"cfg: scores: expected a dict of score name -> value, got {scores!r}")
-    rows = ''.join(f'| {_md(k, cell=True)} | {_md(v, cell=True)} |\n' for k, v in scores.items())
-    base = _yaml_scalar(cfg.get('merged_model') if cfg.get('merged_model') not in (None, '') else 'not recorded')
-    return (
-        f"---\nlibrary_name: darts_nb\ntags: [darts, model-merging]\nbase_model: {base}\n---\n"
-        f"# DARTS surgery module: {_md(cfg.get('kind'))}, {g('domain')}\n\n"
-        f"Corrects the final hidden state of the merged model `{g('merged_model')}` (merge config "
-        f"{g('merge_config_hash')}) towards the expert `{g('expert')}` on `{g('domain')}`: "
-        f"hidden size {g('hidden_size')}, rank {g('rank')}, positions {_md(cfg.get('max_len'))}; "
-        f"calibrated with the `{g('loss')}` loss, seed {g('seed')} (darts_nb {g('version')}). "
-        f"Held-out rho_L1: {g('rho_l1')}.\n\n"
-        f"| held-out score | value |\n|---|---|\n{rows}\n```python\n"
-        f"from darts_nb.surgery import SurgeryModule, attach_surgery\n"
-        f"attach_surgery(model, SurgeryModule.from_pretrained('<folder or repo id>'))  # model: the merged model\n```\n"
-    )
-
-# %% ../nbs/04_surgery.ipynb #930a7283
-def _surgery_files(
-    module: SurgeryModule,  # the module to save
-    path: Path,  # the folder it goes to
-    meta: dict,  # provenance (`save_surgery`)
-) -> tuple[dict, set]:
-    "(file name -> content, the names it may replace at `path`) of `module` saved with `meta`: every check first."
-    from safetensors.torch import save
-    import darts_nb
-
-    if not isinstance(module, SurgeryModule):
-        raise TypeError(f"module: expected a SurgeryModule, got {type(module).__name__}")
-    where = f'save_surgery({str(path)!r})'
-    check_finite(module, where)
-    meta = {**meta, 'merge_config_hash': meta.get('merge_config_hash', _merge_config_hash(meta.get('merged_model')))}
-    cfg = {
-        **{k: meta.get(k) for k in ('merged_model', 'expert', 'domain', 'loss', 'seed')},
-        **meta,
-        **module.config(),
-        'version': darts_nb.__version__,
-        'dtype': str(module.down.weight.dtype).replace('torch.', ''),
-    }
-    cfg = check_surgery_config(json.loads(json.dumps(cfg, default=str)), where)  # as saved: a Path is its text
-    own = _own_files(path)
-    _refuse_foreign(path, own, 'surgery module')
-    card = surgery_card(cfg)
-    cfg['card_sha256'] = hashlib.sha256(card.encode()).hexdigest()  # a card changed since is the user's
-    weights = save({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()})
-    return {WEIGHTS: weights, CONFIG: json.dumps(cfg, indent=2, sort_keys=True), CARD: card}, own
-
-# %% ../nbs/04_surgery.ipynb #73c4a281
-def save_surgery(
-    module: SurgeryModule,  # the module to save (finite weights)
-    path: str | Path,  # a folder of its own: created, or replaced when it holds only what a save of a module wrote
-    **meta,  # merged_model, merge_config_hash, expert, domain, loss, seed, rho_l1, scores, ... (JSON-serialisable)
-) -> Path:
-    "Write `module` as `surgery_model.safetensors` + `surgery_config.json` + its card into folder `path`, atomically."
-    path = Path(path)
-    files, own = _surgery_files(module, path, meta)
-    return save_dir(path, files, own=own, what='surgery module')
-
-# %% ../nbs/04_surgery.ipynb #a9b4d202
-def _parse_config(data: bytes, where: Path) -> dict:
-    "The checked config of a module from the bytes of its JSON file `where`."
-    try:
-        cfg = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: corrupt JSON ({e})") from None
-    return check_surgery_config(cfg, str(where))
-
-# %% ../nbs/04_surgery.ipynb #2a47076f
-def _read_saved(path: Path) -> tuple:
-    "(config, its file, the weights' file open (None: absent), its path) of the module in `path`, one version of it."
-    expected = f"expected {CONFIG} + {WEIGHTS}, or the old {OLD_CONFIG} + {OLD_WEIGHTS}"
-    if not path.is_dir():
-        raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (no such folder; {expected})")
-    names, limits = (CONFIG, WEIGHTS, OLD_CONFIG, OLD_WEIGHTS), dict.fromkeys((CONFIG, OLD_CONFIG), MAX_CONFIG_BYTES)
-    got = read_dir(path, names, limits=limits, handles=(WEIGHTS, OLD_WEIGHTS))
-    c, w = (CONFIG, WEIGHTS) if got[CONFIG] is not None or got[WEIGHTS] is not None else (OLD_CONFIG, OLD_WEIGHTS)
-    for n in {WEIGHTS, OLD_WEIGHTS} - {w}:  # the other format's weights: not read
-        if got[n] is not None:
-            got[n].close()
-    try:
-        if got[c] is None or (c == OLD_CONFIG and got[w] is None and b'"kind"' not in got[c]):
-            holds = sorted(os.listdir(path))[:6]
-            raise FileNotFoundError(f"path={str(path)!r}: no saved surgery module here (it holds {holds}; {expected})")
-        return _parse_config(got[c], path / c), path / c, got[w], path / w
-    except BaseException:
-        if got[w] is not None:
-            got[w].close()
-        raise
-
-# %% ../nbs/04_surgery.ipynb #2d6754a1
-def read_surgery_config(
-    path: str | Path,  # a folder written by `save_surgery`
-) -> dict:
-    "The config of a saved module (either format), with clear errors for a missing, corrupt or incomplete one."
-    cfg, _, weights, _ = _read_saved(Path(path))
-    if weights is not None:
-        weights.close()
-    return cfg
-
-# %% ../nbs/04_surgery.ipynb #dda61694
-SAFETENSORS_DTYPES = {'F64': torch.float64, 'F32': torch.float32, 'F16': torch.float16, 'BF16': torch.bfloat16}
-
-# %% ../nbs/04_surgery.ipynb #b877a834
-def _read_weights(
-    f,  # the safetensors file of a module, open (binary) at its start
-    cfg: dict,  # the module's checked config
-    where,  # the file, for messages
-) -> dict:
-    "Tensor name -> tensor of `f`, read only once its header matches the module `cfg` describes, to the byte."
-
-    def corrupt(why):
-        return ValueError(f"{where}: corrupt safetensors file ({why})")
-
-    size = os.fstat(f.fileno()).st_size
-    head = f.read(8)
-    if len(head) < 8:
-        raise corrupt(f'{size} bytes, fewer than the 8 that hold the header length')
-    n = int.from_bytes(head, 'little')
-    if n > min(MAX_HEADER_BYTES, size - 8):
-        raise corrupt(f'a header of {n} bytes in a file of {size}; at most {MAX_HEADER_BYTES} are read')
-    try:
-        header = json.loads(f.read(n))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise corrupt(f'its header is not JSON: {e}') from None
-    if not isinstance(header, dict) or not all(
-        isinstance(v, dict)
-        and isinstance(v.get('shape'), list)
-        and all(type(x) is int for x in v['shape'])
-        and isinstance(v.get('data_offsets'), list)
-        and len(v['data_offsets']) == 2
-        and all(type(x) is int for x in v['data_offsets'])
-        for k, v in header.items()
-        if k != '__metadata__'
-    ):
-        raise corrupt('its header is not a table of tensors with a shape and data offsets')
-    header.pop('__metadata__', None)
-    want, got = _shapes(cfg), {k: tuple(v['shape']) for k, v in header.items()}
-    if want != got:
-        raise ValueError(f"{where}: tensors {got} do not match the config's module {want}")
-    out, end = {}, 0
-    for k, v in sorted(header.items(), key=lambda kv: kv[1]['data_offsets']):
-        dtype = SAFETENSORS_DTYPES.get(v.get('dtype'))
-        if dtype is None:
-            raise corrupt(f"{k}: dtype {v.get('dtype')!r}, expected one of {list(SAFETENSORS_DTYPES)}")
-        begin, stop = v['data_offsets']
-        if begin != end or stop - begin != math.prod(want[k]) * dtype.itemsize:
-            raise corrupt(f'{k}: data offsets {[begin, stop]} do not follow the tensors before it and its shape')
-        end = stop
-    if 8 + n + end != size:
-        raise corrupt(f'its header describes {end} bytes of tensor data, the file holds {size - 8 - n}')
-    for k, v in sorted(header.items(), key=lambda kv: kv[1]['data_offsets']):
-        dtype = SAFETENSORS_DTYPES[v['dtype']]
-        buf = bytearray(v['data_offsets'][1] - v['data_offsets'][0])
-        if f.readinto(buf) != len(buf):
-            raise corrupt('the file ended while it was read')
-        out[k] = torch.frombuffer(buf, dtype=dtype).reshape(want[k]) if buf else torch.empty(want[k], dtype=dtype)
-    return out
-
-# %% ../nbs/04_surgery.ipynb #611ad206
-def _module_from_state(cfg: dict, sd: dict, where) -> SurgeryModule:
-    "The module `cfg` describes holding the tensors `sd` (shapes and finiteness checked; `where` names their file)."
-    module = surgery_from_config(cfg)
-    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got:
-        raise ValueError(f"{where}: tensors {got} do not match the config's module {want}")
-    module.load_state_dict(sd)
-    check_finite(module, str(where))
-    module.meta = cfg
-    return module
-
-# %% ../nbs/04_surgery.ipynb #1ef5f8f8
-def load_surgery(
-    path: str | Path,  # a folder written by `save_surgery`
-    expect_hidden: int | None = None,  # fail unless the module's hidden size is this (the target model's H)
-    device: str | torch.device | None = None,  # where to put the module (default CPU)
-) -> SurgeryModule:
-    "Rebuild a saved module (in eval mode, finite weights checked); its config is in `module.meta`."
-    path = Path(path)
-    cfg, cfile, weights, wfile = _read_saved(path)
-    try:
-        if expect_hidden is not None and cfg.get('hidden_size') != expect_hidden:
-            raise ValueError(
-                f"{cfile}: hidden_size={cfg.get('hidden_size')} but the model's hidden size is {expect_hidden}"
-            )
-        if weights is None:
-            raise FileNotFoundError(f"path={str(path)!r}: missing {wfile.name} (its config {cfile.name} is there)")
-        sd = _read_weights(weights, cfg, wfile)
-    finally:
-        if weights is not None:
-            weights.close()
-    return _module_from_state(cfg, sd, wfile).to(device or 'cpu').eval()
+def __getattr__(name: str):
+    return moved_name(__name__, _MOVED, name)
 
 # %% ../nbs/04_surgery.ipynb #b029e71c
 @patch(cls_method=True)
@@ -901,13 +441,8 @@ def from_pretrained(
     revision: str | None = None,  # the hub revision
     **kw,  # `load_surgery`'s expect_hidden, device
 ) -> SurgeryModule:
-    "A saved module from a local folder or the hub (downloaded into the hub cache; offline: only what it holds)."
-    p = Path(str(path_or_id)).expanduser()
-    if not p.is_dir():
-        from huggingface_hub import snapshot_download
-
-        p = Path(snapshot_download(str(path_or_id), revision=revision, allow_patterns=[CONFIG, WEIGHTS, CARD]))
-    return load_surgery(p, **kw)
+    "A saved module from a local folder or the hub (`surgery_files.load_pretrained`)."
+    return moved_name(__name__, _MOVED, 'load_pretrained')(path_or_id, revision=revision, **kw)
 
 # %% ../nbs/04_surgery.ipynb #6085a402
 @patch
@@ -919,14 +454,6 @@ def push_to_hub(
     api=None,  # a `huggingface_hub.HfApi` (tests: a stand-in)
     **meta,  # provenance and held-out results (`save_surgery`)
 ) -> str:
-    "Save this module (config, weights, model card) and upload it to the hub repo `repo_id`; the commit's URL."
-    if api is None:
-        from huggingface_hub import HfApi
-
-        api = HfApi(token=token)
-    with tempfile.TemporaryDirectory() as d:
-        folder = save_surgery(self, Path(d) / 'module', **{**getattr(self, 'meta', {}), **meta})
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        return str(
-            api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'DARTS {self.kind} module')
-        )
+    "Save this module with its card and upload it to the hub repo `repo_id` (`surgery_files.push_surgery`)."
+    push = moved_name(__name__, _MOVED, 'push_surgery')
+    return push(self, repo_id, private=private, token=token, api=api, **meta)

@@ -1,4 +1,4 @@
-"""The embedded default: a tokenizer, a base Llama and one expert per domain, trained on the CPU; profiles.
+"""The embedded default: a tokenizer, a base Llama and one expert per domain, trained on the CPU, and its scores.
 
 Docs: https://darts-nb.github.io/darts_nb/zoo.html.md"""
 
@@ -11,7 +11,6 @@ import importlib.resources
 import json
 import math
 import random
-import re
 import shutil
 import sys
 import time
@@ -24,36 +23,26 @@ from darts_nb.core import (
     darts_home,
     in_notebook,
     set_seed,
-    default_device,
-    default_dtype,
     stable_hash,
     atomic_path,
     write_json,
     check_choice,
     LineLog,
+    moved_name,
 )
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
-from darts_nb.hub import (
-    PAPER_MODELS,
-    resolve_models,
-    is_hub_id,
-    CorruptFile,
-    read_json,
-    check_safetensors,
-    check_checkpoint_files,
-)
+from .hub import CorruptFile, read_json, check_checkpoint_files
+from .checkpoints import load_model
 
 if TYPE_CHECKING:
     import pandas as pd
     from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
-__all__ = ['ZOO_SIZES', 'ROLES', 'REFERENCE_ZOOS', 'SPECIALS', 'ZOO_FILES', 'ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS',
-           'PROFILE_KEYS', 'PROFILE_EXAMPLE', 'ZooSpec', 'zoo_spec', 'zoo_name', 'zoo_dir', 'corpus', 'train_tokenizer',
-           'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm', 'recipe_key', 'build_zoo',
-           'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference', 'shipped_sweep', 'load_model',
-           'tensor_shapes', 'check_vocab', 'check_compatible', 'generate_completions', 'score_model', 'zoo_table',
-           'Profile', 'check_profile', 'profile_refs', 'get_profile', 'main']
+__all__ = ['ZOO_SIZES', 'ROLES', 'REFERENCE_ZOOS', 'SPECIALS', 'ZOO_FILES', 'ZooSpec', 'zoo_spec', 'zoo_name', 'zoo_dir',
+           'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm',
+           'recipe_key', 'build_zoo', 'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference',
+           'shipped_sweep', 'generate_completions', 'score_model', 'zoo_table', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -454,148 +443,6 @@ def shipped_sweep(
     path = reference_dir(profile.zoo_size) / 'sweep.json'
     return read_json(path) if path.is_file() else None
 
-# %% ../nbs/03_zoo.ipynb #13bf59c6
-def load_model(
-    path: str | Path,  # a local checkpoint directory
-    device: str | None = None,  # default: CUDA if available
-    dtype: torch.dtype | None = None,  # default: float32 on CPU, bf16 on GPU
-):
-    "Load a local causal LM and its tokenizer (offline), in eval mode; clear errors for bad directories."
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(path).expanduser().absolute()
-    if not path.is_dir():
-        raise FileNotFoundError(f"model path {path} does not exist or is not a directory")
-    if not (path / 'config.json').exists():
-        raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face checkpoint")
-    check_checkpoint_files(path)
-    dev = default_device(device)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(dev), local_files_only=True)
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as e:
-        raise ValueError(f"could not load the checkpoint at {path}: {type(e).__name__}: {e}") from e
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = 'left'
-    return model.to(dev).eval(), tok
-
-# %% ../nbs/03_zoo.ipynb #13bf5903
-ARCH_FIELDS = (
-    'model_type',
-    'architectures',
-    'hidden_size',
-    'intermediate_size',
-    'num_hidden_layers',
-    'num_attention_heads',
-    'num_key_value_heads',
-    'tie_word_embeddings',
-    'head_dim',
-)
-# may differ (an extended vocabulary, Code Llama's RoPE): noted
-NOTE_FIELDS = ('vocab_size', 'rope_theta', 'rope_parameters', 'max_position_embeddings')
-# their rows may grow with an extended vocabulary
-VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')
-
-
-def tensor_shapes(
-    path: str | Path,  # a checkpoint directory
-) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights read); {} without safetensors."
-    files = sorted(Path(path).glob('*.safetensors'))
-    return {k: tuple(v['shape']) for f in files for k, v in check_safetensors(f).items()}
-
-# %% ../nbs/03_zoo.ipynb #a3e32009
-def _vocab(path: Path) -> dict | None:
-    "The tokenizer vocabulary of a checkpoint, or None when it has no tokenizer."
-    if not any((path / f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')):
-        return None
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
-    except Exception as e:
-        raise ValueError(f"could not read the tokenizer of {path}: {type(e).__name__}: {e}") from e
-
-# %% ../nbs/03_zoo.ipynb #1f60245d
-def _check_tensors(
-    rt: dict,  # the reference's tensor shapes
-    t: dict,  # the other's
-    a: str,  # the other's name, for the messages
-    b: str,  # the reference's name
-) -> None:
-    "Same tensors and shapes, except more rows in the vocabulary tensors."
-    for k in sorted(set(rt) | set(t)):
-        if k not in t:
-            raise ValueError(f"{a} lacks tensor {k} that {b} has")
-        if k not in rt:
-            raise ValueError(f"{a} has tensor {k} that {b} lacks")
-        grows = k.endswith(VOCAB_TENSORS) and t[k][1:] == rt[k][1:] and t[k][0] >= rt[k][0]
-        if rt[k] != t[k] and not grows:
-            raise ValueError(f"{a} differs from {b} in tensor {k}: shape {t[k]} != {rt[k]}")
-
-# %% ../nbs/03_zoo.ipynb #2f01e716
-def check_vocab(
-    rv: dict,  # the reference vocabulary (token -> id)
-    v: dict,  # the other vocabulary
-    a: str,  # the other's name, for the messages
-    b: str,  # the reference's name, for the messages
-) -> str | None:
-    "None for the same vocabulary, a note for an extension, a ValueError for a token whose id differs or is lost."
-    if v == rv:
-        return None
-    clash = sorted((t, i, v[t]) for t, i in rv.items() if t in v and v[t] != i)
-    lost = sorted(t for t in rv if t not in v)
-    if clash:
-        t, i, j = clash[0]
-        raise ValueError(f"{a} and {b} give token {t!r} different ids ({j} vs {i}; {len(clash)} such tokens)")
-    if lost:
-        raise ValueError(f"{a} lacks {len(lost)} token(s) of {b}'s vocabulary, e.g. {lost[:3]}")
-    added = sorted(set(v) - set(rv), key=v.get)
-    shown = ', '.join(map(repr, added[:4])) + (', ...' if len(added) > 4 else '')
-    return (
-        f"{a} adds {len(added)} token(s) to {b}'s vocabulary ({shown}): "
-        f"merged, calibrated and evaluated with {b}'s tokenizer"
-    )
-
-# %% ../nbs/03_zoo.ipynb #82e7ba31
-def check_compatible(
-    paths: dict[str, str | Path] | list[str | Path],  # role -> local checkpoint, or a list; the first is the reference
-) -> list[str]:
-    "A ValueError naming the checkpoint and the field, tensor or token in conflict with the first; else the notes."
-    import warnings
-
-    named = paths.items() if isinstance(paths, dict) else ((str(p), p) for p in paths)
-    items = [(str(n), Path(p)) for n, p in named]
-    for _, p in items:
-        check_checkpoint_files(p)
-
-    def who(n, p):
-        return str(p) if n == str(p) else f'{n} ({p})'
-
-    (rn, ref), rest = items[0], items[1:]
-    rc, rt, rv, notes = read_json(ref / 'config.json'), tensor_shapes(ref), _vocab(ref), []
-    for n, p in rest:
-        c, a, b = read_json(p / 'config.json'), who(n, p), who(rn, ref)
-        for f in ARCH_FIELDS:
-            if rc.get(f) != c.get(f):
-                raise ValueError(f"{a} differs from {b} in config field {f}: {c.get(f)!r} != {rc.get(f)!r}")
-        if (c.get('vocab_size') or 0) < (rc.get('vocab_size') or 0):
-            raise ValueError(
-                f"{a} differs from {b} in config field vocab_size: {c.get('vocab_size')!r} < {rc.get('vocab_size')!r}"
-            )
-        diff = [f for f in NOTE_FIELDS if rc.get(f) != c.get(f)]
-        notes += [f"{a} differs from {b} in {f}: {c.get(f)!r} vs {rc.get(f)!r}" for f in diff]
-        t = tensor_shapes(p)
-        if rt and t:
-            _check_tensors(rt, t, a=a, b=b)
-        v = _vocab(p)
-        if rv is not None and v is not None and (note := check_vocab(rv, v, a=a, b=b)):
-            notes.append(note)
-    for note in notes:
-        warnings.warn(note)
-    return notes
-
 # %% ../nbs/03_zoo.ipynb #f929ec62
 @torch.no_grad()
 def generate_completions(
@@ -657,155 +504,6 @@ def zoo_table(
     table = pd.DataFrame(rows).pivot(index='model', columns='domain', values='value')
     return table.loc[list(paths), list(DOMAINS)]
 
-# %% ../nbs/03_zoo.ipynb #d200cb02
-@dataclass
-class Profile:
-    "A base model and one expert per domain, as local paths or hub ids."
-
-    name: str
-    base: str
-    experts: dict
-    zoo_size: str | None = None  # set for the built-in zoo profiles
-    eval_profile: str = 'toy'  # which evaluation tasks apply: 'toy' or 'paper'
-    hub_ids: dict | None = None  # role -> hub id, for the models given by id
-
-    @property
-    def paths(self) -> dict:
-        return {'base': self.base, **self.experts}
-
-# %% ../nbs/03_zoo.ipynb #d200cb03
-PROFILE_KEYS = ('base', 'experts', 'eval', 'name')
-PROFILE_EXAMPLE = (
-    "base: /abs/path/to/base          # or a hub id, e.g. meta-llama/Llama-2-7b-hf\n"
-    "experts:                         # domain -> path or hub id\n"
-    "  code: /abs/path/to/code\n  math: /abs/path/to/math\n  instruct: /abs/path/to/instruct"
-)
-_SAFE_NAME = r'[A-Za-z0-9][A-Za-z0-9._+-]*'
-
-
-def _read_profile_file(p: Path):
-    "The parsed YAML (or JSON) of a profile file; a ValueError naming the file, and where, if it does not parse."
-    import yaml
-
-    if not p.exists():
-        raise FileNotFoundError(f"profile file {p} does not exist")
-    if not p.is_file():
-        raise ValueError(f"profile file {p}: not a file; a profile is a YAML file like\n{PROFILE_EXAMPLE}")
-    try:
-        return yaml.safe_load(p.read_bytes().decode('utf-8'))
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"profile file {p}: not UTF-8 text (bad byte at offset {e.start}); a profile looks like\n{PROFILE_EXAMPLE}"
-        ) from None
-    except yaml.YAMLError as e:
-        m = getattr(e, 'problem_mark', None)
-        at = f" at line {m.line + 1}, column {m.column + 1}" if m else ''
-        why = getattr(e, 'problem', None) or e
-        raise ValueError(
-            f"profile file {p}: not valid YAML{at} ({why}); a profile looks like\n{PROFILE_EXAMPLE}"
-        ) from None
-
-# %% ../nbs/03_zoo.ipynb #76b29cce
-def _shown(v) -> str:
-    "A value as a message shows it: its type and repr, or 'nothing (empty)'."
-    return 'nothing (empty)' if v is None else f"{type(v).__name__} {v!r}"[:100]
-
-# %% ../nbs/03_zoo.ipynb #da493a3e
-def check_profile(
-    d,  # a parsed profile: a mapping with 'base' and 'experts'
-    where: str = 'profile',  # names it in the messages (e.g. the YAML file)
-) -> dict:
-    "`d` if it is a profile mapping (`PROFILE_KEYS`); else a ValueError naming `where` and showing a valid one."
-
-    def bad(what):
-        "The error, with the example."
-        return ValueError(f"{where}: {what}; a profile looks like\n{PROFILE_EXAMPLE}")
-
-    if not isinstance(d, dict):
-        raise bad(f"expected a mapping with keys 'base' and 'experts', got {_shown(d)}")
-    if unknown := [k for k in d if k not in PROFILE_KEYS]:
-        raise bad(f"unknown key(s) {unknown}: expected {list(PROFILE_KEYS)}")
-    if missing := [k for k in ('base', 'experts') if k not in d]:
-        raise bad(f"lacks {missing}: expected keys 'base' and 'experts' (domain -> path or hub id)")
-    if not isinstance(d['base'], (str, Path)) or not str(d['base']).strip():
-        raise bad(f"base is {_shown(d['base'])}: expected a path or hub id")
-    ex = d['experts']
-    if not isinstance(ex, dict):
-        raise bad(
-            f"experts is {_shown(ex)}: expected a mapping domain -> path or hub id"
-            + (', not a list' if isinstance(ex, list) else '')
-        )
-    for k, v in ex.items():
-        if k not in DOMAINS:
-            raise bad(f"experts has domain {k!r}: expected domains among {list(DOMAINS)}")
-        if not isinstance(v, (str, Path)) or not str(v).strip():
-            raise bad(f"experts.{k} is {_shown(v)}: expected a path or hub id")
-    if d.get('eval', 'paper') not in ('paper', 'toy'):
-        raise bad(f"eval is {_shown(d['eval'])}: expected 'paper' or 'toy'")
-    if 'name' in d and not re.fullmatch(_SAFE_NAME, str(d['name'])):
-        raise bad(f"name is {_shown(d['name'])}: expected a plain directory name (letters, digits, . _ + -)")
-    return d
-
-# %% ../nbs/03_zoo.ipynb #187ae0f1
-def _file_profile_name(p: Path, d: dict) -> str:
-    "A YAML profile's name: its 'name', else the file's stem as a plain directory name, else a content hash."
-    if 'name' in d:
-        return str(d['name'])
-    stem = re.sub(r'[^A-Za-z0-9._+-]+', '-', p.stem).strip('.-_+')
-    return stem if re.fullmatch(_SAFE_NAME, stem) else f'profile-{stable_hash(d, 8)}'
-
-# %% ../nbs/03_zoo.ipynb #e2d1bc54
-def profile_refs(
-    profile: str | dict | Path,  # 'llama2-7b', a dict, or a YAML path
-) -> tuple[str, dict, str]:
-    "(name, role -> path or hub id, evaluation tasks) of a profile that is not a built-in zoo, unresolved."
-    if isinstance(profile, dict):
-        d = check_profile(profile, 'profile dict')
-        name = str(d.get('name', 'custom'))
-    elif str(profile) == 'llama2-7b':
-        name = 'llama2-7b'
-        d = dict(base=PAPER_MODELS['base'], experts={k: v for k, v in PAPER_MODELS.items() if k != 'base'})
-    else:
-        p = Path(profile).expanduser()
-        if p.suffix not in ('.yaml', '.yml', '.json'):
-            raise ValueError(
-                f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file"
-            )
-        d = check_profile(_read_profile_file(p), f'profile file {p}')
-        name = _file_profile_name(p, d)
-    refs = {'base': str(d['base']), **{k: str(v) for k, v in d['experts'].items()}}
-    return name, refs, d.get('eval', 'paper')
-
-# %% ../nbs/03_zoo.ipynb #5de569d1
-def _zoo_of(profile) -> tuple[str, int, bool] | None:
-    "(size, seed, rebuild) of a zoo's name, or None for any other profile."
-    if not isinstance(profile, (str, Path)):
-        return None
-    m = re.fullmatch(r'([a-z]+)(?:-s([1-9][0-9]*)|-(rebuilt))?', str(profile))
-    if m is None or m.group(1) not in ZOO_SIZES or (m.group(3) and m.group(1) not in REFERENCE_ZOOS):
-        return None
-    return m.group(1), int(m.group(2) or 0), bool(m.group(3))
-
-# %% ../nbs/03_zoo.ipynb #c85a2d24
-def get_profile(
-    profile: str | dict | Path = 'toy',  # a zoo ('toy', 'ci', 'toy-rebuilt', 'toy-s1'), 'llama2-7b', a dict or YAML
-    build: bool = True,  # build the zoo for 'toy'/'ci' if missing
-) -> Profile:
-    "Resolve a profile to local checkpoint directories (hub ids from the local cache; `hub.NotFetched` when absent)."
-    zoo = _zoo_of(profile)
-    if zoo is not None:
-        size, seed, rebuild = zoo
-        if build or (size in REFERENCE_ZOOS and seed == 0 and not rebuild):
-            paths = build_zoo(size, seed=seed, rebuild=rebuild)
-        else:
-            paths = {r: zoo_dir(size, seed) / r for r in ROLES}
-        return Profile(str(profile), str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, zoo_size=size)
-    name, refs, ev = profile_refs(profile)
-    local = resolve_models(refs, profile='<your profile YAML>' if isinstance(profile, dict) else str(profile))
-    ids = {r: v for r, v in refs.items() if is_hub_id(v)}
-    experts = {d: str(local[d]) for d in refs if d != 'base'}
-    return Profile(name, str(local['base']), experts, eval_profile=ev, hub_ids=ids or None)
-
 # %% ../nbs/03_zoo.ipynb #3c4b0019
 def main(
     argv: list[str] | None = None,  # the arguments (default: sys.argv[1:])
@@ -839,3 +537,22 @@ def main(
 
 if __name__ == '__main__' and not in_notebook():
     main()
+
+# %% ../nbs/03_zoo.ipynb #197818ef
+# Names that moved to modules of their own stay importable from here; the import waits for their first use, so
+# those modules can build on this one without an import cycle (profiles does; checkpoints is a module this one
+# builds on, and only `load_model`, which `zoo_table` uses, is imported above).
+_MOVED = {
+    **dict.fromkeys(
+        ['ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'tensor_shapes', 'check_vocab', 'check_compatible'],
+        'darts_nb.checkpoints',
+    ),
+    **dict.fromkeys(
+        ['Profile', 'PROFILE_KEYS', 'PROFILE_EXAMPLE', 'check_profile', 'profile_refs', 'get_profile'],
+        'darts_nb.profiles',
+    ),
+}
+
+
+def __getattr__(name: str):
+    return moved_name(__name__, _MOVED, name)

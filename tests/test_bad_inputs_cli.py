@@ -113,13 +113,15 @@ def made(*args, **kwargs):
 @pytest.mark.parametrize('case', list(BAD))
 def test_bad_argument_is_named(case, tmp_path, monkeypatch):
     import darts_nb.experiments
+    import darts_nb.profiles
     import darts_nb.runs
     import darts_nb.zoo
 
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
     for module in (darts_nb.runs, darts_nb.experiments):
         monkeypatch.setattr(module, 'make_run', made)
-    monkeypatch.setattr(darts_nb.zoo, 'build_zoo', made)
+    for module in (darts_nb.zoo, darts_nb.profiles):  # profiles.get_profile builds a zoo through its own name
+        monkeypatch.setattr(module, 'build_zoo', made)
     argv, status, says = BAD[case]
     code, out, err = run_main(argv)
     assert code == status and says in err, (code, err[-500:])
@@ -238,6 +240,8 @@ def test_a_judge_with_its_settings_passes_the_check(judge_home, monkeypatch):
 def test_a_diverging_rate_names_the_flag_and_its_value(tmp_path, monkeypatch):
     "Issue 29: --lr within (0, 1] that still diverges: the training's FloatingPointError names --lr and the value."
     import darts_nb.runs
+    import darts_nb.run_arms
+    import darts_nb.stages
     from darts_nb.cli import _parser, cmd_surgery
     from darts_nb.train import _diverged
 
@@ -249,8 +253,8 @@ def test_a_diverging_rate_names_the_flag_and_its_value(tmp_path, monkeypatch):
         return None
 
     monkeypatch.setattr(darts_nb.runs, 'make_run', lambda *a, **k: object())
-    monkeypatch.setattr(darts_nb.runs, 'stage_merges', lambda *a, **k: None)
-    monkeypatch.setattr(darts_nb.runs, 'run_arm', run_arm)
+    monkeypatch.setattr(darts_nb.stages, 'stage_merges', lambda *a, **k: None)
+    monkeypatch.setattr(darts_nb.run_arms, 'run_arm', run_arm)
     ap = _parser()
     a = ap.parse_args(['surgery', '--profile', 'ci', '--merge', 'ta-0.5', '--lr', '0.9', '--iters', '5'])
     with pytest.raises(FloatingPointError) as e:

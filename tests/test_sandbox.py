@@ -464,6 +464,8 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
     shutil.copy(sbx.__file__, pkg)
     shutil.copy(cnt.__file__, pkg)
     shutil.copy(core.__file__, pkg)  # the three modules the sandbox imports, stdlib only at import
+    for name in ('_boot.py', '_serve.py'):  # the boot program and the call server, read from the package
+        shutil.copy(Path(cnt.__file__).with_name(name), pkg)
     for q in (lib, pkg):
         q.chmod(0o755)
     for q in pkg.iterdir():

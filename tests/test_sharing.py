@@ -249,7 +249,7 @@ def test_the_modelling_file_is_the_packages_own_code_and_needs_torch_and_transfo
             assert n.level == 0, ast.unparse(n)  # no relative import: one file
             tops.add(n.module.split('.')[0])
     assert tops - set(sys.stdlib_module_names) == {'torch', 'transformers'}, tops
-    mods = [importlib.import_module(f'darts_nb.{m}') for m in ('core', 'surgery', 'deploy')]
+    mods = [importlib.import_module(f'darts_nb.{m}') for m in ('core', 'surgery', 'hooks', 'surgery_files', 'deploy')]
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
     assert defs[-1].name == 'DartsForCausalLM' and len(defs) > 20
     for n in defs[:-1]:
