@@ -14,7 +14,9 @@ import pandas as pd
 from .core import pyplot, save_figure
 from .domains import DOMAINS
 from .surgery import make_surgery, n_params
-from .runs import Arm, Run, STANDARD_L1, STANDARD_EWL1, DARTS, merges_dir, arms_over
+from .runs import Arm, Run, STANDARD_L1, STANDARD_EWL1, DARTS
+from .stages import merges_dir
+from .run_arms import arms_over
 from .results import arm_scores, arm_stderr, arms_stat
 from .stats import verdict
 from .report import Experiment, Section, Table, claim, ci, paper_rows

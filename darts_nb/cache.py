@@ -29,7 +29,7 @@ from darts_nb.core import (
     save_dir,
     check_int,
 )
-from .zoo import check_vocab
+from .checkpoints import check_vocab
 from .lease import clean_stale
 
 # %% auto #0

@@ -261,7 +261,7 @@ def grid_names(
     from darts_nb.domains import DOMAINS
     from darts_nb.merge import sweep_configs
     from darts_nb.runs import canonical_experts
-    from darts_nb.zoo import profile_refs
+    from darts_nb.profiles import profile_refs
 
     named = (
         isinstance(profile, str) and profile != 'llama2-7b' and Path(profile).suffix not in ('.yaml', '.yml', '.json')
@@ -304,9 +304,10 @@ def cmd_merge(a, ap):
     opts = options_from_args(a)  # checked before the library's heavy part is imported
     _check_merge_forms(ap, a.only, '--only')
     from dataclasses import replace
-    from darts_nb.runs import Run, make_run, stage_merges, score_merges, sweep_table
+    from darts_nb.runs import Run, make_run
+    from darts_nb.stages import stage_merges, score_merges, sweep_table
     from darts_nb.inputs import models_key
-    from darts_nb.zoo import get_profile
+    from darts_nb.profiles import get_profile
 
     check_merge_names(a.only, opts.profile, '--only')  # before the zoo is built or the run made
     if a.score:
@@ -365,7 +366,9 @@ def cmd_surgery(a, ap):
     _check_counts(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
     _check_lr(ap, a.lr)
     _check_merge_forms(ap, [a.merge], '--merge')
-    from darts_nb.runs import Arm, NONE, make_run, open_run, run_arm, run_dir, stage_merges
+    from darts_nb.runs import Arm, NONE, make_run, open_run, run_dir
+    from darts_nb.run_arms import run_arm
+    from darts_nb.stages import stage_merges
 
     check_merge_names([a.merge], a.profile, '--merge')  # a typo leaves no runs/NAME/run.json behind
     arm = Arm(kind=a.kind, loss=a.loss, rank=a.rank, lr=a.lr, iters=a.iters, calib_n=50, seed=a.seed)
@@ -432,7 +435,7 @@ def cmd_fetch(a, ap):
         raise FileNotFoundError(
             f"--profile: expected 'llama2-7b' or a YAML file whose models are hub ids, got {a.profile!r} (no such file)"
         )
-    from darts_nb.zoo import profile_refs
+    from darts_nb.profiles import profile_refs
     from darts_nb.hub import fetch, is_hub_id
 
     _, refs, _ = profile_refs(a.profile)
@@ -449,7 +452,8 @@ def cmd_lm_eval(a, ap):
 def cmd_correct(a, ap):
     "darts correct: diagnose a merge against its experts, train and check one module per expert, save them."
     _check_lr(ap, a.lr)
-    from darts_nb.correct import options_from_flags, parse_assignments
+    from darts_nb.correct import options_from_flags
+    from darts_nb.prompts import parse_assignments
 
     opts = options_from_flags(a)  # checked before the library's heavy part is imported
     experts = parse_assignments(a.expert, '--expert')

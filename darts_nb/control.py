@@ -28,11 +28,14 @@ from darts_nb.core import (
 )
 from .domains import DOMAINS, METRICS
 from .cache import HiddenCache
-from .surgery import WEIGHTS, SurgeryModule, make_surgery, save_surgery, load_surgery, surgery
+from .surgery_files import WEIGHTS, save_surgery, load_surgery
+from .surgery import SurgeryModule, make_surgery
+from .hooks import surgery
 from .train import train_surgery
 from .bias import token_bias, bias_by_position
 from .arms import Arm, DARTS, STANDARD_L1
-from .runs import Run, calib_texts, evaluate_in_run, run_cache
+from .runs import Run, evaluate_in_run
+from .run_arms import calib_texts, run_cache
 from .stats import bootstrap_stat, reduction_ci, verdict, all_verdict
 from .report import Experiment, Section, Table, claim, ci
 

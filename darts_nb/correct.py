@@ -15,7 +15,6 @@ from .options import option, check_fields
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
-    import torch
 
 # %% auto #0
 __all__ = ['KINDS', 'LOSSES', 'CorrectOptions', 'correct_options', 'add_correct_flags', 'options_from_flags', 'CorrectionPlan',
@@ -220,7 +219,7 @@ def plan_correction(
     "Every input of `correct_merge` checked and read, no model loaded: an error naming the argument, else the plan."
     import warnings
     from transformers import AutoTokenizer
-    from darts_nb.zoo import check_compatible
+    from darts_nb.checkpoints import check_compatible
     from darts_nb.prompts import _DOMAIN_NAME
 
     opts = correct_options(options, **kw)
@@ -372,7 +371,8 @@ def score_tasks(
     from darts_nb.evaluate import tasks_dir
     from darts_nb.lm_eval import darts_model_class
     from darts_nb.stats import paired_ci
-    from darts_nb.surgery import load_surgery, surgery
+    from darts_nb.surgery_files import load_surgery
+    from darts_nb.hooks import surgery
     from darts_nb.zoo import load_model
 
     o = correct_options(options, **kw)
@@ -481,7 +481,7 @@ def check_out_dir(
     "`out_dir`, or a ValueError naming it when a folder it would write holds someone else's files."
     from darts_nb.core import _refuse_foreign
     from darts_nb.deploy import _refuse_replace
-    from darts_nb.surgery import _own_files
+    from darts_nb.surgery_files import _own_files
 
     o, out = options or CorrectOptions(), Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -512,7 +512,7 @@ def correct_merge(
     import pandas as pd
     from darts_nb.core import default_device
     from darts_nb.cache import get_or_build_cache
-    from darts_nb.surgery import save_surgery
+    from darts_nb.surgery_files import save_surgery
     from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight, plot_diagnosis
 
     plan = plan_correction(merged, experts, prompts, held_out=held_out, options=options, **kw)
@@ -576,7 +576,7 @@ def attach_corrections(
 ) -> list[str]:
     "Register each module of a correction on `model` by its domain (`deploy.add_surgery`); the names. None attached."
     from darts_nb.deploy import add_surgery
-    from darts_nb.surgery import CONFIG, load_surgery
+    from darts_nb.surgery_files import CONFIG, load_surgery
 
     if isinstance(out_dir, dict):
         folders = {d: Path(p) for d, p in out_dir.items()}

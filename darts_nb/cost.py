@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
 from .core import default_device, set_seed, check_int, check_number, check_choice
-from .surgery import make_surgery, save_surgery, n_params
+from .surgery import make_surgery, n_params
+from .surgery_files import save_surgery
 from .train import train_surgery
 from .losses import LOSS_NEEDS
 
@@ -237,7 +238,8 @@ def _role_configs(
     shape,  # a profile name, Profile, profile dict or YAML path, a checkpoint directory, or a config (dict or object)
 ) -> tuple[str, dict, str]:
     "(name, role -> config dict, where the configs come from) of what a profile or model would load; nothing loaded."
-    from darts_nb.zoo import ZOO_SIZES, Profile, get_profile, zoo_dir
+    from darts_nb.zoo import ZOO_SIZES, zoo_dir
+    from darts_nb.profiles import Profile, get_profile
     from darts_nb.hub import NotFetched, read_json
 
     if hasattr(shape, 'to_dict') and hasattr(shape, 'hidden_size'):  # a transformers config

@@ -14,8 +14,10 @@ import pandas as pd
 from .core import atomic_write, write_json, lm_head
 from .core import pyplot, save_figure
 from .domains import DOMAINS
-from .surgery import load_surgery
-from .runs import Arm, Run, DARTS, merges_dir, domain_cache, arms_over
+from .surgery_files import load_surgery
+from .runs import Arm, Run, DARTS
+from .stages import merges_dir
+from .run_arms import domain_cache, arms_over
 from .stats import verdict, all_verdict, reduction_ci
 from .premises import SUMMARY_ARMS
 from .report import Experiment, Section, Table, claim, ci

@@ -15,7 +15,7 @@ from .options import RunOptions, check_judge_settings, run_options
 from .runs import Run, make_run
 from .cost import memory_plan
 from .report import Experiment, Section, write_report
-from . import paper, ablations, premises, control, diagnosis, replication
+from . import paper, ablations, premises, control, diagnosis_record, replication
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
@@ -45,7 +45,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         paper.COST,
         premises.SUMMARY,
         control.CONTROL,
-        diagnosis.DIAGNOSIS,
+        diagnosis_record.DIAGNOSIS,
         replication.REPLICATION,
     )
 }

@@ -15,7 +15,7 @@ from .core import stable_hash, path_fingerprint
 from .domains import DOMAINS, load_split, with_context, training_text, calibration_text, text_spans
 from .benchmarks import paper_split, paper_prompt, paper_reference, paper_items
 from .hub import NotFetched
-from .zoo import Profile
+from .profiles import Profile
 
 # %% auto #0
 __all__ = ['calib_items', 'item_texts', 'models_key', 'data_key', 'run_inputs', 'read_run_json', 'check_same_inputs',

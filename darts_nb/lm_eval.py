@@ -42,7 +42,7 @@ def check_model_args(
         raise FileNotFoundError(
             f'surgery: expected a module folder (surgery.save_surgery), got {str(folder)!r} (no such folder)'
         )
-    from darts_nb.surgery import load_surgery
+    from darts_nb.surgery_files import load_surgery
 
     hidden = json.loads(cfg.read_text()).get('hidden_size') if cfg is not None and cfg.is_file() else None
     try:
@@ -54,7 +54,7 @@ def check_model_args(
 def darts_model_class():
     "lm-eval's HF model with a surgery module attached (`surgery=<folder>` in `--model_args`), defined on first use."
     from lm_eval.models.huggingface import HFLM
-    from darts_nb.surgery import attach_surgery
+    from darts_nb.hooks import attach_surgery
 
     class DartsLM(HFLM):
         "A Hugging Face causal LM for lm-eval, corrected by a DARTS surgery module when `surgery` is given."

@@ -28,7 +28,7 @@ from darts_nb.core import (
 )
 from .lease import clean_stale, hold_lease
 from .hub import CorruptFile, read_json, check_checkpoint_files
-from .zoo import check_compatible, tensor_shapes, NOTE_FIELDS
+from .checkpoints import check_compatible, tensor_shapes, NOTE_FIELDS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,12 +13,8 @@ import pandas as pd
 from .core import atomic_write, pyplot, save_figure
 from .domains import DOMAINS
 from .merge import FAMILY_NAMES, is_finished
-from darts_nb.runs import (
-    Run,
-    NONE,
-    STANDARD_L1,
-    DARTS,
-    PAPER_SEEDS,
+from .runs import Run, NONE, STANDARD_L1, DARTS, PAPER_SEEDS, recorded_items
+from darts_nb.stages import (
     task_rows,
     stage_experts,
     experts_table,
@@ -27,12 +23,9 @@ from darts_nb.runs import (
     best_merges,
     sweep_basis,
     merges_dir,
-    domain_cache,
-    calib_texts,
-    arms_over,
     stage_merges,
-    recorded_items,
 )
+from .run_arms import domain_cache, calib_texts, arms_over
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
 from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test
 from .report import Experiment, Section, Table, claim, ci, paper_rows
@@ -313,7 +306,7 @@ def exp_bias(
 ) -> pd.DataFrame:
     "Figure 1 and the position trend of the bias on ta-0.5's calibration prompts, before and after DARTS."
     from darts_nb.bias import token_bias, bias_heatmap, bias_trend, plot_bias_trend
-    from darts_nb.surgery import load_surgery
+    from darts_nb.surgery_files import load_surgery
 
     figs = run.dir / 'figures'
     before, after = {}, {}

@@ -16,20 +16,11 @@ from .domains import DOMAINS, training_text, text_spans
 from .cache import TOKEN_KINDS
 from .bias import token_bias
 from .train import token_agreement
-from .surgery import load_surgery
-from darts_nb.runs import (
-    Arm,
-    Run,
-    NONE,
-    STANDARD_L1,
-    STANDARD_EWL1,
-    DARTS,
-    merges_dir,
-    calib_items,
-    domain_cache,
-    run_cache,
-    arms_over,
-)
+from .surgery_files import load_surgery
+from .runs import Arm, Run, NONE, STANDARD_L1, STANDARD_EWL1, DARTS
+from .stages import merges_dir
+from .inputs import calib_items
+from .run_arms import domain_cache, run_cache, arms_over
 from .results import arm_scores, arm_stderr, arm_metric, arms_stat
 from .stats import verdict, all_verdict, paired_ci, reduction_ci
 from .report import Experiment, Section, Table, claim, ci

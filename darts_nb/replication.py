@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 from .core import pyplot, save_figure
 from .domains import DOMAINS
-from .runs import Run, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, arms_over, best_merges, make_run, open_run
+from .runs import Run, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, make_run, open_run
+from .run_arms import arms_over
+from .stages import best_merges
 from .runs import run_dir
 from .results import arm_key, items_frame
 from .stats import verdict

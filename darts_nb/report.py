@@ -18,7 +18,8 @@ import torch
 from .core import atomic_write, check_choice
 from .stats import VERDICTS
 from .domains import DOMAINS
-from .runs import Run, DARTS, PAPER_SEEDS, recorded, sweep_grid, sweep_basis
+from .runs import Run, DARTS, PAPER_SEEDS, recorded
+from .stages import sweep_grid, sweep_basis
 from .store import StoreError, check_writable
 
 # %% auto #0

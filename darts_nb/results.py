@@ -9,7 +9,8 @@ from __future__ import annotations
 import pandas as pd
 from .domains import DOMAINS, METRICS
 from .stats import bootstrap_stat
-from .runs import Arm, Run, recorded, recorded_items, task_rows
+from .runs import Arm, Run, recorded, recorded_items
+from .stages import task_rows
 
 # %% auto #0
 __all__ = ['arm_scores', 'arm_stderr', 'arm_metric', 'arm_key', 'items_frame', 'arms_stat', 'paired_diff']

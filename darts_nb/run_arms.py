@@ -12,7 +12,9 @@ from .core import set_seed
 from .domains import DOMAINS, METRICS
 from .inputs import calib_items, item_texts
 from .executors import Job
-from .surgery import make_surgery, save_surgery, surgery
+from .surgery import make_surgery
+from .surgery_files import save_surgery
+from .hooks import surgery
 from .arms import Arm
 from .cache import get_or_build_cache
 from .train import train_surgery, argmax_agreement

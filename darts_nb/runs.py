@@ -23,7 +23,8 @@ from darts_nb.inputs import (
     config_by_role,
     source_key,
 )
-from .zoo import get_profile, load_model, Profile
+from .profiles import get_profile, Profile
+from .zoo import load_model
 from .merge import sweep_configs
 from .executors import Job, execute, make_executor
 
