@@ -124,7 +124,8 @@ def test_bad_argument_is_named(case, tmp_path, monkeypatch):
         monkeypatch.setattr(module, 'build_zoo', made)
     argv, status, says = BAD[case]
     code, out, err = run_main(argv)
-    assert code == status and says in err, (code, err[-500:])
+    assert code == status, (code, err[-500:])
+    assert says in err, (code, err[-500:])
     assert 'Traceback' not in err
     assert not any(p.name.startswith('zoo') for p in tmp_path.iterdir()), 'a bad argument built a zoo'
     assert not list(tmp_path.rglob('run.json')), 'a bad argument left a run behind'
@@ -181,7 +182,8 @@ def light_refusals(tmp_path_factory):
 def test_bad_argument_is_refused_before_the_heavy_imports(case, light_refusals):
     "Issue 29: a refusal that needs no model needs no torch (checked by the modules imported, not by time)."
     got = light_refusals[case]
-    assert got['code'] == BAD[case][1] and BAD[case][2] in got['err'], got
+    assert got['code'] == BAD[case][1], got
+    assert BAD[case][2] in got['err'], got
     assert got['heavy'] == [], f'{case}: refused only after importing {got["heavy"]}'
 
 
@@ -222,8 +224,11 @@ def test_judge_endpoint_settings_are_checked_before_any_model_loads(case, judge_
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(darts_nb.runs, 'make_run', lambda *a, **k: pytest.fail('the run was made'))
     code, out, err = run_main(['run', '--profile', 'ci', '--name', 'judged', '--judge', 'alpaca_eval_gpt4'])
-    assert code == 2 and says in err and 'Traceback' not in err, err[-500:]
-    assert not list(judge_home.rglob('run.json')) and not (judge_home / 'zoo-ci').exists()
+    assert code == 2, err[-500:]
+    assert says in err, err[-500:]
+    assert 'Traceback' not in err, err[-500:]
+    assert not list(judge_home.rglob('run.json'))
+    assert not (judge_home / 'zoo-ci').exists()
 
 
 def test_a_judge_with_its_settings_passes_the_check(judge_home, monkeypatch):
@@ -234,7 +239,8 @@ def test_a_judge_with_its_settings_passes_the_check(judge_home, monkeypatch):
     monkeypatch.setenv('OPENAI_BASE_URL', 'http://127.0.0.1:9/v1')
     monkeypatch.setattr(darts_nb.experiments, 'make_run', lambda *a, **k: (_ for _ in ()).throw(ValueError('made')))
     code, out, err = run_main(['run', '--profile', 'ci', '--name', 'judged', '--judge', 'alpaca_eval_gpt4'])
-    assert code == 2 and 'darts run: error: made' in err, err[-500:]
+    assert code == 2, err[-500:]
+    assert 'darts run: error: made' in err, err[-500:]
 
 
 def test_a_diverging_rate_names_the_flag_and_its_value(tmp_path, monkeypatch):
@@ -270,7 +276,8 @@ def test_help_and_version_need_none_of_the_library():
         env=ENV,
         cwd=ROOT,
     )
-    assert r.returncode == 0 and 'examples:' in r.stdout
+    assert r.returncode == 0
+    assert 'examples:' in r.stdout
     heavy = [m for m in ('torch', 'pandas', 'transformers', 'lm_eval') if f'| {m}\n' in r.stderr]
     assert heavy == [], f'darts --help imports {heavy}'
     r = subprocess.run(
@@ -278,13 +285,15 @@ def test_help_and_version_need_none_of_the_library():
     )
     from darts_nb import __version__
 
-    assert r.returncode == 0 and r.stdout.strip() == f'darts_nb {__version__}'
+    assert r.returncode == 0
+    assert r.stdout.strip() == f'darts_nb {__version__}'
 
 
 @pytest.mark.parametrize('cmd', ['zoo', 'merge', 'surgery', 'eval', 'report', 'run', 'fetch', 'lm-eval', 'correct'])
 def test_every_subcommand_shows_an_example_and_its_defaults(cmd):
     code, out, _ = run_main([cmd, '--help'])
-    assert code == 0 and f'example:\n  darts {cmd}' in out
+    assert code == 0
+    assert f'example:\n  darts {cmd}' in out
     if cmd in ('surgery', 'run', 'merge'):
         assert '(default: toy)' in out  # the profile's default is shown
 
@@ -303,7 +312,9 @@ def test_a_log_gets_lines_not_repaints():
     print('done', file=log)
     lines = buf.getvalue().splitlines()
     assert '\r' not in buf.getvalue()
-    assert lines[0] == 'stage: merges' and lines[-1] == 'done' and len(lines) == 6, lines
+    assert lines[0] == 'stage: merges', lines
+    assert lines[-1] == 'done', lines
+    assert len(lines) == 6, lines
     assert (
         lines[2].startswith('merge: 100%') and lines[4].startswith('score: 100%') or lines[4].startswith('score:  98%')
     ), lines
@@ -312,17 +323,21 @@ def test_a_log_gets_lines_not_repaints():
 def test_lm_eval_does_not_print_git_errors_outside_a_repository(tmp_path):
     probe = 'from darts_nb.evaluate import _git_hash_once; print(_git_hash_once())'
     r = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, env=ENV, cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == 'None' and 'fatal' not in r.stderr, r.stderr[-300:]
+    assert r.returncode == 0, r.stderr[-300:]
+    assert r.stdout.strip() == 'None', r.stderr[-300:]
+    assert 'fatal' not in r.stderr, r.stderr[-300:]
 
 
 def test_lone_surrogate_in_generated_source_is_a_failure_not_a_crash():
     from darts_nb.sandbox import run_code, check_completion
 
     r = run_code('x = "\ud800"\n', tests='assert x == 1', timeout=5)
-    assert not r.passed and r.status in ('failed', 'error', 'unsupported'), r
+    assert not r.passed, r
+    assert r.status in ('failed', 'error', 'unsupported'), r
     p = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
     r = check_completion(p, '    return "\udcff"\n', timeout=5)
-    assert not r.passed and r.status in ('failed', 'error', 'unsupported'), r
+    assert not r.passed, r
+    assert r.status in ('failed', 'error', 'unsupported'), r
 
 
 def test_concurrent_exports_never_leave_a_partial_file(tmp_path):
@@ -348,4 +363,5 @@ def test_concurrent_exports_never_leave_a_partial_file(tmp_path):
         w.join()
     stop.set()
     r.join()
-    assert bad == [] and sorted(p.name for p in tmp_path.iterdir()) == ['math.jsonl']
+    assert bad == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['math.jsonl']

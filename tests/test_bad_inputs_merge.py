@@ -29,20 +29,10 @@ from darts_nb.merge import (
     check_merge_output,
 )
 from darts_nb.zoo import build_zoo, check_compatible, get_profile, zoo_dir
+from conftest import half_written
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAINS = ('code', 'math', 'instruct')
-
-
-def leftovers(root: Path) -> list[str]:
-    "Temporary siblings (`.name.tmp-...`) and 0-byte files anywhere under `root`: what a write must never leave behind."
-    if not root.exists():
-        return []
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob('*')
-        if '.tmp-' in p.name or (p.is_file() and p.stat().st_size == 0)
-    )
 
 
 @pytest.fixture(scope='module')
@@ -189,7 +179,9 @@ TABLE_CONFIG_OK = [  # valid edge cases: a merge that is done, whole and finite
 def test_valid_edge_config_is_merged(ci, tmp_path, case, make):
     res = run_merges({'ok': make(ci)}, tmp_path, device='cpu', progress=False)
     assert list(res.status) == ['done'], res.error[0]
-    assert is_finished(tmp_path / 'ok') and check_merge_output(tmp_path / 'ok', ci['base']) and not leftovers(tmp_path)
+    assert is_finished(tmp_path / 'ok')
+    assert check_merge_output(tmp_path / 'ok', ci['base'])
+    assert not half_written(tmp_path)
 
 
 # ---------------- 1. merge outputs that are not usable never count as done
@@ -280,7 +272,9 @@ def test_unusable_merge_fails_and_is_removed(ci, tmp_path, monkeypatch, case, ma
     assert list(res.status) == ['failed']
     for s in msgs:
         assert s in res.error[0], (s, res.error[0])
-    assert not (out / 'bad').exists() and not is_finished(out / 'bad') and not leftovers(out)
+    assert not (out / 'bad').exists()
+    assert not is_finished(out / 'bad')
+    assert not half_written(out)
     assert json.loads((out / '_failures.json').read_text())['bad']['error'] == res.error[0]
 
 
@@ -291,17 +285,17 @@ def test_damaged_finished_merge_is_not_skipped(ci, tmp_path):
     assert list(run_merges(cfg, tmp_path, device='cpu', progress=False).status) == ['done']
     whole = (tmp_path / 'ta-0.5' / 'model.safetensors').read_bytes()
     _truncate(tmp_path / 'ta-0.5')
-    assert not is_finished(tmp_path / 'ta-0.5') and 'is truncated' in unfinished_reason(tmp_path / 'ta-0.5')
+    assert not is_finished(tmp_path / 'ta-0.5')
+    assert 'is truncated' in unfinished_reason(tmp_path / 'ta-0.5')
     res = run_merges(cfg, tmp_path, device='cpu', progress=False)
-    assert (
-        list(res.status) == ['failed']
-        and str(tmp_path / 'ta-0.5' / 'model.safetensors') in res.error[0]
-        and 'delete it to redo' in res.error[0]
-    )
+    assert list(res.status) == ['failed']
+    assert str(tmp_path / 'ta-0.5' / 'model.safetensors') in res.error[0]
+    assert 'delete it to redo' in res.error[0]
     (tmp_path / 'ta-0.5' / 'model.safetensors').write_bytes(whole)
     assert is_finished(tmp_path / 'ta-0.5')
     (tmp_path / 'ta-0.5' / 'merge.yaml').write_bytes(b'\xff\xfe{[')
-    assert not is_finished(tmp_path / 'ta-0.5') and 'merge.yaml is damaged' in unfinished_reason(tmp_path / 'ta-0.5')
+    assert not is_finished(tmp_path / 'ta-0.5')
+    assert 'merge.yaml is damaged' in unfinished_reason(tmp_path / 'ta-0.5')
 
 
 def test_damaged_failure_record_is_named(ci, tmp_path):
@@ -407,7 +401,8 @@ def test_corrupt_checkpoint_in_check_compatible(ci, tmp_path, case, damage, fnam
     p = _damaged(ci, tmp_path, damage)
     with pytest.raises(ValueError) as e:
         check_compatible({'base': ci['base'], 'math': p})
-    assert str(p / fname) in str(e.value) and what in str(e.value), str(e.value)
+    assert str(p / fname) in str(e.value), str(e.value)
+    assert what in str(e.value), str(e.value)
     assert type(e.value).__name__ in (
         'CorruptFile',
         'ValueError',
@@ -419,7 +414,8 @@ def test_corrupt_checkpoint_in_run_merges(ci, tmp_path, case, damage, fname, wha
     p, out = _damaged(ci, tmp_path, damage), tmp_path / 'out'
     with pytest.raises(ValueError) as e:
         run_merges({'ta-0.5': ta_config(ci['base'], experts(ci, math=p), 0.5)}, out, device='cpu', progress=False)
-    assert str(p / fname) in str(e.value) and what in str(e.value), str(e.value)
+    assert str(p / fname) in str(e.value), str(e.value)
+    assert what in str(e.value), str(e.value)
     assert not out.exists()
 
 
@@ -483,9 +479,9 @@ def test_damaged_zoo_is_reported(zoo_home, case, damage, fname, what):
     before = sorted((str(p), p.stat().st_size) for p in zoo_home.rglob('*'))
     with pytest.raises(ValueError) as e:
         build_zoo('ci')
-    assert (
-        str(zoo_home / fname) in str(e.value) and what in str(e.value) and 'delete it and build again' in str(e.value)
-    ), str(e.value)
+    assert str(zoo_home / fname) in str(e.value), str(e.value)
+    assert what in str(e.value), str(e.value)
+    assert 'delete it and build again' in str(e.value), str(e.value)
     with pytest.raises(ValueError, match='delete it and build again'):
         get_profile('ci')
     assert (
@@ -496,7 +492,8 @@ def test_damaged_zoo_is_reported(zoo_home, case, damage, fname, what):
 def test_whole_zoo_copy_is_reused(zoo_home):
     mt = {p: p.stat().st_mtime_ns for p in zoo_home.rglob('*')}
     paths = build_zoo('ci')
-    assert paths['base'] == zoo_home / 'base' and {p: p.stat().st_mtime_ns for p in zoo_home.rglob('*')} == mt
+    assert paths['base'] == zoo_home / 'base'
+    assert {p: p.stat().st_mtime_ns for p in zoo_home.rglob('*')} == mt
 
 
 # ---------------- 4. YAML profiles: a clear error naming the file, with an example
@@ -529,7 +526,10 @@ def test_bad_yaml_profile(tmp_path, case, text, what):
     with pytest.raises(ValueError) as e:
         get_profile(str(y))
     m = str(e.value)
-    assert f'profile file {y}: ' in m and what in m and 'a profile looks like' in m and 'experts:' in m, m
+    assert f'profile file {y}: ' in m, m
+    assert what in m, m
+    assert 'a profile looks like' in m, m
+    assert 'experts:' in m, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ['profile.yaml']
 
 
@@ -562,7 +562,9 @@ def test_good_profile_file(ci, tmp_path, case, fname, text, name):
     y = tmp_path / fname
     y.write_text(text.format(**{k: v for k, v in ci.items()}))
     prof = get_profile(str(y))
-    assert prof.name == name and prof.base == str(ci['base']) and prof.experts['math'] == str(ci['math'])
+    assert prof.name == name
+    assert prof.base == str(ci['base'])
+    assert prof.experts['math'] == str(ci['math'])
 
 
 # ---------------- 5. `darts merge --profile /abs/path/profile.yaml`: merges under DARTS_HOME/merges
@@ -592,11 +594,11 @@ def test_yaml_profile_merges_go_under_darts_home(ci, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     made = list((tmp_path / 'home' / 'merges').glob('profile-*/ta-0.5'))
-    assert len(made) == 1 and is_finished(made[0]), list((tmp_path / 'home').rglob('*'))
-    assert y.read_text() == text and sorted(p.name for p in y.parent.iterdir()) == [
-        'profile.yaml'
-    ]  # the YAML untouched, nothing beside it
-    assert not leftovers(tmp_path / 'home' / 'merges')
+    assert len(made) == 1, list((tmp_path / 'home').rglob('*'))
+    assert is_finished(made[0]), list((tmp_path / 'home').rglob('*'))
+    assert y.read_text() == text
+    assert sorted(p.name for p in y.parent.iterdir()) == ['profile.yaml']  # the YAML untouched, nothing beside it
+    assert not half_written(tmp_path / 'home' / 'merges')
 
 
 # ---------------- 6. a full disk: a clear error, nothing half-written, the sweep stops
@@ -652,15 +654,13 @@ def test_disk_full_during_merges(ci, tmp_path, monkeypatch, case, fill):
     fill(monkeypatch)
     with pytest.raises(OSError) as e:
         run_merges(cfgs, out, device='cpu', progress=False)
-    assert (
-        e.value.errno == errno.ENOSPC
-        and f'while writing {out / "ta-0.5"}' in str(e.value)
-        and 'free some space' in str(e.value)
-    ), str(e.value)
-    assert (
-        not (out / 'ta-0.5').exists() and not (out / 'ta-0.7').exists()
-    )  # the sweep stops: the next merge is not tried
-    assert not leftovers(out) and not is_finished(out / 'ta-0.5')
+    assert e.value.errno == errno.ENOSPC, str(e.value)
+    assert f'while writing {out / "ta-0.5"}' in str(e.value), str(e.value)
+    assert 'free some space' in str(e.value), str(e.value)
+    assert not (out / 'ta-0.5').exists()
+    assert not (out / 'ta-0.7').exists()  # the sweep stops: the next merge is not tried
+    assert not half_written(out)
+    assert not is_finished(out / 'ta-0.5')
     monkeypatch.undo()  # space again: the sweep resumes from nothing and finishes
     assert list(run_merges(cfgs, out, device='cpu', progress=False).status) == ['done', 'done']
 
@@ -706,8 +706,11 @@ def test_disk_full_while_saving_a_zoo_model(tmp_path, monkeypatch, tok, case, fi
     fill(monkeypatch)
     with pytest.raises(OSError) as e:
         zoo._save(model, tok, path, {'key': 'k', 'role': 'base'})
-    assert e.value.errno == errno.ENOSPC and f'while writing {path}' in str(e.value), str(e.value)
-    assert not path.exists() and not leftovers(tmp_path)
+    assert e.value.errno == errno.ENOSPC, str(e.value)
+    assert f'while writing {path}' in str(e.value), str(e.value)
+    assert not path.exists()
+    assert not half_written(tmp_path)
     monkeypatch.undo()
     zoo._save(model, tok, path, {'key': 'k', 'role': 'base'})
-    assert zoo._is_complete(path, 'k') and not leftovers(tmp_path)
+    assert zoo._is_complete(path, 'k')
+    assert not half_written(tmp_path)

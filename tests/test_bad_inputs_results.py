@@ -34,6 +34,7 @@ from darts_nb.report import write_report
 from darts_nb.experiments import EXPERIMENTS, run_all, _check_applies
 from darts_nb.zoo import Profile
 from darts_nb.cli import main as cli_main
+from conftest import half_written
 
 DOM = ('code', 'math', 'instruct')
 METRIC = {'code': 'pass@1', 'math': 'exact_match', 'instruct': 'win_rate'}
@@ -56,31 +57,21 @@ def job(key: dict, value=50.0) -> dict:
     )
 
 
-def leftovers(d: Path) -> list[str]:
-    "Files a failed write must not leave: temporary siblings and 0-byte files."
-    return sorted(
-        str(p.relative_to(d)) for p in d.rglob('*') if p.is_file() and ('.tmp' in p.name or p.stat().st_size == 0)
-    )
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv('DARTS_HOME', str(tmp_path))
-    return tmp_path
-
-
 # ---------------------------------------------------------------- 1. results keyed by what produced them
 
 
 def test_rows_of_other_inputs_are_never_returned_and_kept(home):
     run = hand_run(home)
     record_job(run, job(dict(role='base', merge_config='base', domain='math')))
-    assert len(recorded(run, role='base')) == 1 and len(recorded_items(run, role='base')) == 4
+    assert len(recorded(run, role='base')) == 1
+    assert len(recorded_items(run, role='base')) == 4
     other = hand_run(home, content_key='inputs-2')  # the same run name, other inputs (eval limit, data, models)
-    assert recorded(other, role='base').empty and recorded_items(other, role='base').empty
+    assert recorded(other, role='base').empty
+    assert recorded_items(other, role='base').empty
     assert len(load_results(run.dir)) == 1  # not returned, and not lost
     record_job(other, job(dict(role='base', merge_config='base', domain='math'), value=75.0))
-    assert recorded(run, role='base').value.tolist() == [50.0] and recorded(other, role='base').value.tolist() == [75.0]
+    assert recorded(run, role='base').value.tolist() == [50.0]
+    assert recorded(other, role='base').value.tolist() == [75.0]
 
 
 def test_a_merge_of_the_same_name_with_another_configuration(home):
@@ -96,7 +87,8 @@ def test_a_merge_of_the_same_name_with_another_configuration(home):
     }
     later._memo['grid'] = grid
     assert row_source(later, 'merged', 'ta-0.5') != row_source(run, 'merged', 'ta-0.5')
-    assert recorded(later, **key).empty and recorded_items(later, **key).empty
+    assert recorded(later, **key).empty
+    assert recorded_items(later, **key).empty
     assert row_source(later, 'base', 'base') == row_source(run, 'base', 'base')  # the models' own rows still hold
 
 
@@ -125,7 +117,8 @@ def test_a_merge_directory_of_another_configuration_is_refused_not_scored(home):
 def test_a_run_hand_made_reads_unkeyed_rows_only(home):
     bare, keyed = hand_run(home, content_key=''), hand_run(home)
     record(bare.dir, dict(metric='exact_match', value=1.0), role='base', merge_config='base', domain='math')
-    assert len(recorded(bare, role='base')) == 1 and recorded(keyed, role='base').empty
+    assert len(recorded(bare, role='base')) == 1
+    assert recorded(keyed, role='base').empty
 
 
 @pytest.fixture(scope='module')
@@ -151,10 +144,13 @@ def test_reusing_a_run_with_other_inputs_is_refused(ci_run, kw, msg):
     before = meta.read_bytes()
     with pytest.raises(ValueError, match=msg.replace('(', r'\(').replace(')', r'\)')) as e:
         make_run('ci', ci_run.name, **kw)
-    assert f"run '{ci_run.name}'" in str(e.value) and '--name' in str(e.value)
-    assert meta.read_bytes() == before and len(recorded(ci_run, role='base')) == 1  # nothing rewritten, nothing lost
+    assert f"run '{ci_run.name}'" in str(e.value)
+    assert '--name' in str(e.value)
+    assert meta.read_bytes() == before
+    assert len(recorded(ci_run, role='base')) == 1  # nothing rewritten, nothing lost
     again = make_run('ci', ci_run.name, quick=True, eval_limit=3)  # the same inputs: its rows are found
-    assert again.content_key == ci_run.content_key and len(recorded(again, role='base')) == 1
+    assert again.content_key == ci_run.content_key
+    assert len(recorded(again, role='base')) == 1
 
 
 def test_a_run_of_the_version_before_content_keys_is_refused_for_writing(ci_run):
@@ -175,7 +171,8 @@ def test_domain_cache_is_keyed_by_its_texts(ci_run):
     a = domain_cache(ci_run, 'ta-0.5', 'math', n=3, mode='prompt')
     b = domain_cache(ci_run, 'ta-0.5', 'math', n=3, mode='prompt+reference')
     c = domain_cache(ci_run, 'ta-0.5', 'math', n=3, seed=1, mode='prompt')
-    assert a.meta['prompt_hash'] != b.meta['prompt_hash'] and a.meta['prompt_hash'] != c.meta['prompt_hash']
+    assert a.meta['prompt_hash'] != b.meta['prompt_hash']
+    assert a.meta['prompt_hash'] != c.meta['prompt_hash']
     assert domain_cache(ci_run, 'ta-0.5', 'math', n=3, mode='prompt').meta['prompt_hash'] == a.meta['prompt_hash']
 
 
@@ -187,7 +184,8 @@ def test_a_damaged_run_json_is_named(home, text):
     for f in (lambda: open_run('broken'), lambda: make_run('ci', 'broken')):
         with pytest.raises(ValueError, match=str(meta)):
             f()
-    assert meta.read_text() == text and not (home / 'zoo-ci').exists()  # refused before anything was built
+    assert meta.read_text() == text
+    assert not (home / 'zoo-ci').exists()  # refused before anything was built
 
 
 # ---------------------------------------------------------------- 2. corrupt, truncated or old-schema stores
@@ -277,12 +275,13 @@ def test_a_damaged_store_is_a_clear_error_and_left_as_it_is(home, case, capsys):
             what
         )  # what to do
         assert _snapshot(p) == before, what  # nothing overwritten
-    assert not (run.dir / 'report.md').exists() and leftovers(run.dir) == (
-        ['results.sqlite'] if case == 'zero bytes' else []
-    )
+    assert not (run.dir / 'report.md').exists()
+    assert half_written(run.dir) == (['results.sqlite'] if case == 'zero bytes' else [])
     assert cli_main(['report', 'bad']) == 2  # darts report NAME: the message, no traceback
     err = capsys.readouterr().err
-    assert err.startswith('darts report: error: ') and str(p) in err and 'Traceback' not in err
+    assert err.startswith('darts report: error: ')
+    assert str(p) in err
+    assert 'Traceback' not in err
 
 
 def write_json_run(run: Run):
@@ -306,11 +305,15 @@ def test_the_store_of_the_version_before_content_keys_reads_and_takes_no_rows(ho
     _legacy(p, 'source')
     before = p.read_bytes()
     write_json_run(run)
-    assert recorded(run, role='base').value.tolist() == [1.0] and load_items(run.dir).empty
+    assert recorded(run, role='base').value.tolist() == [1.0]
+    assert load_items(run.dir).empty
     with pytest.raises(StoreError, match='older darts_nb') as e:
         record(run.dir, domain='math', metric='m', value=2.0)
-    assert str(p) in str(e.value) and '--name' in str(e.value) and p.read_bytes() == before
-    assert cli_main(['report', 'old']) == 0 and '## Table 2: individual models' in (run.dir / 'report.md').read_text()
+    assert str(p) in str(e.value)
+    assert '--name' in str(e.value)
+    assert p.read_bytes() == before
+    assert cli_main(['report', 'old']) == 0
+    assert '## Table 2: individual models' in (run.dir / 'report.md').read_text()
 
 
 # ---------------------------------------------------------------- 3. reports of partial runs
@@ -338,17 +341,18 @@ def test_a_partial_run_is_reported_section_by_section(home, rows, shown):
         for a in (NONE, DARTS):
             record_job(run, job(dict(merge_config='ta-0.5', domain='math', **a.key())))
     text = write_report(run, EXPERIMENTS).read_text()
-    assert shown in text and (run.dir / 'report.html').exists()
+    assert shown in text
+    assert (run.dir / 'report.html').exists()
     lines = _missing_lines(text)
     for n, e in EXPERIMENTS.items():  # every record: its section, or one line saying why it has none
         assert (f'## {e.heading}\n' in text) != any(line.startswith(f'- `{n}` ') for line in lines), n
     if rows == 'nothing':
         assert len(lines) == len(EXPERIMENTS)
     main = [line for line in lines if line.startswith('- `main` ')]
-    assert (
-        len(main) == 1 and 'no data in this run yet' in main[0] and '`darts run --name partial --only main`' in main[0]
-    )
-    assert leftovers(run.dir) == []
+    assert len(main) == 1
+    assert 'no data in this run yet' in main[0]
+    assert '`darts run --name partial --only main`' in main[0]
+    assert half_written(run.dir) == []
 
 
 def test_a_section_that_cannot_be_made_says_so_and_the_rest_is_written(home, capsys):
@@ -362,26 +366,26 @@ def test_a_section_that_cannot_be_made_says_so_and_the_rest_is_written(home, cap
     exps = dict(EXPERIMENTS, main=replace(EXPERIMENTS['main'], section=broken))
     text = write_report(run, exps).read_text()
     main = [line for line in _missing_lines(text) if line.startswith('- `main` ')]
-    assert (
-        len(main) == 1 and 'not made from the partial data of this run' in main[0] and "KeyError: 'ta-0.5'" in main[0]
-    )
-    assert '## Table 2: individual models' in text and "'main' section" in capsys.readouterr().err
+    assert len(main) == 1
+    assert 'not made from the partial data of this run' in main[0]
+    assert "KeyError: 'ta-0.5'" in main[0]
+    assert '## Table 2: individual models' in text
+    assert "'main' section" in capsys.readouterr().err
 
 
 def test_a_record_that_does_not_apply_says_so(home):
     text = write_report(hand_run(home, 'paper-run', eval_profile='paper'), EXPERIMENTS).read_text()
     placement = [line for line in _missing_lines(text) if line.startswith('- `placement` ')]
-    assert len(placement) == 1 and 'does not apply to the `paper` tasks' in placement[0]
+    assert len(placement) == 1
+    assert 'does not apply to the `paper` tasks' in placement[0]
 
 
 def test_report_of_no_such_run(home, capsys):
     assert cli_main(['report', 'nosuchrun']) == 2
     err = capsys.readouterr().err
-    assert (
-        "run 'nosuchrun' does not exist" in err
-        and str(run_dir('nosuchrun') / 'run.json') in err
-        and not run_dir('nosuchrun').exists()
-    )
+    assert "run 'nosuchrun' does not exist" in err
+    assert str(run_dir('nosuchrun') / 'run.json') in err
+    assert not run_dir('nosuchrun').exists()
 
 
 # ---------------------------------------------------------------- 4. --only
@@ -394,7 +398,8 @@ def test_report_of_no_such_run(home, capsys):
 def test_only_bad_names_refused_before_anything(home, only, msg):
     with pytest.raises(ValueError, match=msg):
         run_all('ci', 'x', only=only)
-    assert not (home / 'zoo-ci').exists() and not run_dir('x').exists()
+    assert not (home / 'zoo-ci').exists()
+    assert not run_dir('x').exists()
 
 
 def test_only_a_record_that_does_not_apply_is_refused(home):
@@ -415,7 +420,8 @@ def test_a_failed_record_fails_the_run_and_reports_what_it_has(ci_run, monkeypat
     report.unlink(missing_ok=True)
     with pytest.raises(RuntimeError, match='the experts stage failed'):
         run_all('ci', ci_run.name, quick=True, eval_limit=3, only=['experts'])
-    assert '## Not measured in this run' in report.read_text() and not (ci_run.dir / 'timings.json').exists()
+    assert '## Not measured in this run' in report.read_text()
+    assert not (ci_run.dir / 'timings.json').exists()
 
 
 # ---------------------------------------------------------------- 5. a full disk
@@ -439,8 +445,11 @@ def test_full_disk_making_a_new_store_leaves_no_file(home, monkeypatch):
     d = home / 'fresh'
     with pytest.raises(OSError) as e:
         record(d, domain='math', metric='m', value=1.0)
-    assert e.value.errno == errno.ENOSPC and str(results_path(d)) in str(e.value) and 'free some space' in str(e.value)
-    assert not results_path(d).exists() and list(d.iterdir()) == []  # no 0-byte results.sqlite, no temporary copy
+    assert e.value.errno == errno.ENOSPC
+    assert str(results_path(d)) in str(e.value)
+    assert 'free some space' in str(e.value)
+    assert not results_path(d).exists()
+    assert list(d.iterdir()) == []  # no 0-byte results.sqlite, no temporary copy
 
 
 def test_full_disk_writing_rows_keeps_the_store(home, monkeypatch):
@@ -449,13 +458,12 @@ def test_full_disk_writing_rows_keeps_the_store(home, monkeypatch):
     tiny_disk(monkeypatch, None)
     with pytest.raises(OSError) as e:
         record(d, [dict(domain='math', metric='m', value=float(i), iters=i) for i in range(2000)])
-    assert (
-        e.value.errno == errno.ENOSPC
-        and str(results_path(d)) in str(e.value)
-        and 'nothing was recorded' in str(e.value)
-    )
+    assert e.value.errno == errno.ENOSPC
+    assert str(results_path(d)) in str(e.value)
+    assert 'nothing was recorded' in str(e.value)
     monkeypatch.undo()
-    assert load_results(d).value.tolist() == [1.0] and leftovers(d) == []  # the previous state, whole
+    assert load_results(d).value.tolist() == [1.0]
+    assert half_written(d) == []  # the previous state, whole
     record(d, domain='math', metric='m', value=2.0)
     assert load_results(d).value.tolist() == [2.0]
 
@@ -471,5 +479,7 @@ def test_full_disk_writing_the_report_keeps_the_old_one(home, monkeypatch):
     monkeypatch.setattr(Path, 'write_text', full)
     with pytest.raises(OSError) as e:
         write_report(run, EXPERIMENTS)
-    assert e.value.errno == errno.ENOSPC and str(run.dir / 'report.md') in str(e.value)
-    assert (run.dir / 'report.md').read_text() == old and leftovers(run.dir) == []
+    assert e.value.errno == errno.ENOSPC
+    assert str(run.dir / 'report.md') in str(e.value)
+    assert (run.dir / 'report.md').read_text() == old
+    assert half_written(run.dir) == []

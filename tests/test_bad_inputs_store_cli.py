@@ -166,10 +166,10 @@ BAD = {  # case -> (argv, setup, exit status, what stderr must say; a setup may 
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv('DARTS_HOME', str(tmp_path))
-    (tmp_path / 'zoo-ci').symlink_to(ZOO)
-    return tmp_path
+def home(home):
+    "conftest's home, with the session's ci zoo linked in."
+    (home / 'zoo-ci').symlink_to(ZOO)
+    return home
 
 
 def made(home: Path) -> set:
@@ -187,13 +187,17 @@ def test_a_fault_is_one_line(case, home, monkeypatch):
         code, out, err = run_main(argv)
     lines = [x for x in err.splitlines() if 'error' in x.lower()]  # progress bars aside
     assert code == status, (code, err[-2000:])
-    assert 'Traceback' not in err and len(lines) == 1, err[-2000:]
-    assert lines[0].startswith(f'darts {argv[0]}: error: ') and says.replace('HOME', str(home)) in lines[0], lines
+    assert 'Traceback' not in err, err[-2000:]
+    assert len(lines) == 1, err[-2000:]
+    assert lines[0].startswith(f'darts {argv[0]}: error: '), lines
+    assert says.replace('HOME', str(home)) in lines[0], lines
     assert also is None or also in lines[0], lines
     new = made(home) - before
-    assert not {p for p in new if not p.startswith('runs/')} and not any('report' in p for p in new), new
+    assert not {p for p in new if not p.startswith('runs/')}, new
+    assert not any('report' in p for p in new), new
     if case.startswith(('shared', 'name', 'too many')):
-        assert not (home / 'runs').exists() and not (home / 'no-such-dir').exists()  # refused before anything
+        assert not (home / 'runs').exists()
+        assert not (home / 'no-such-dir').exists()  # refused before anything
 
 
 def test_a_read_only_store_still_reports(home):
@@ -201,7 +205,8 @@ def test_a_read_only_store_still_reports(home):
     with ExitStack() as stack:
         store_read_only(home, stack, None)
         code, out, err = run_main(REPORT)
-    assert code == 0 and (run_dir(NAME) / 'report.md').exists(), err[-2000:]
+    assert code == 0, err[-2000:]
+    assert (run_dir(NAME) / 'report.md').exists(), err[-2000:]
 
 
 def test_a_missing_figure_is_not_linked(home):
@@ -214,7 +219,9 @@ def test_a_missing_figure_is_not_linked(home):
     # the bias record ran, its figures are gone
     (run.dir / 'bias_trend.csv').write_text('domain,spearman_rho,p,late_early_ratio\nmath,0.5,0.01,2.0\n')
     text = write_report(open_run(NAME), {'bias': EXPERIMENTS['bias']}).read_text()
-    assert 'figures/figure1.png' in text and '](figures/figure1.png)' not in text and 'is missing' in text
+    assert 'figures/figure1.png' in text
+    assert '](figures/figure1.png)' not in text
+    assert 'is missing' in text
     assert all((run.dir / link.split(')')[0]).exists() for link in text.split('](')[1:])
 
 

@@ -38,6 +38,7 @@ from darts_nb.surgery import (
     OLD_WEIGHTS,
 )
 from darts_nb.train import train_surgery
+from conftest import temporaries
 
 H = 8
 
@@ -49,11 +50,6 @@ def filled(value, cls=PositionSurgery):
         for p in m.parameters():
             p.fill_(value)
     return m
-
-
-def leftovers(parent):
-    "Temporary siblings left in `parent`."
-    return sorted(p.name for p in pathlib.Path(parent).iterdir() if '.tmp-' in p.name)
 
 
 def snapshot(path):
@@ -120,8 +116,10 @@ def test_save_refuses_a_destination_with_other_files(tmp_path, case, make, exc, 
     before = snapshot(dest)
     with pytest.raises(exc) as e:
         save_surgery(filled(2.0), dest)
-    assert str(dest) in str(e.value) and names in str(e.value)
-    assert snapshot(dest) == before and leftovers(tmp_path) == []  # nothing lost, nothing half-written
+    assert str(dest) in str(e.value)
+    assert names in str(e.value)
+    assert snapshot(dest) == before
+    assert temporaries(tmp_path) == []  # nothing lost, nothing half-written
 
 
 REPLACED_DESTINATIONS = [  # (case, make the destination)
@@ -142,7 +140,9 @@ def test_save_replaces_a_module_folder(tmp_path, case, make):
         [CONFIG, WEIGHTS, CARD]
     )  # the old format's files are the module's own: gone
     m = load_surgery(dest)
-    assert same_module(m, 2.0) and m.meta['seed'] == 5 and leftovers(tmp_path) == []
+    assert same_module(m, 2.0)
+    assert m.meta['seed'] == 5
+    assert temporaries(tmp_path) == []
 
 
 def test_config_holds_the_provenance(tmp_path):
@@ -175,9 +175,8 @@ def test_config_holds_the_provenance(tmp_path):
         expert='org/code-expert',
         version=darts_nb.__version__,
     )
-    assert cfg['merged_model'] == str(merge) and cfg['merge_config_hash'] == core.stable_hash(
-        {'merge_method': 'task_arithmetic'}
-    )
+    assert cfg['merged_model'] == str(merge)
+    assert cfg['merge_config_hash'] == core.stable_hash({'merge_method': 'task_arithmetic'})
     assert (
         json.loads((save_surgery(filled(1.0), tmp_path / 'n', merged_model='org/hub-merge') / CONFIG).read_text())[
             'merge_config_hash'
@@ -284,7 +283,8 @@ def test_load_errors_name_the_file(tmp_path, case, damage, exc, text):
     damage(p)
     with pytest.raises(exc) as e:
         load_surgery(p)
-    assert str(p) in str(e.value) and text in str(e.value), str(e.value)
+    assert str(p) in str(e.value), str(e.value)
+    assert text in str(e.value), str(e.value)
     if (
         exc is ValueError
         and case != 'max_len that does not match the weights'
@@ -298,7 +298,9 @@ def test_load_errors_name_the_file(tmp_path, case, damage, exc, text):
 def test_old_format_loads(tmp_path):
     p = write_old(tmp_path / 'old', filled(3.0), domain='math', seed=1)
     m = load_surgery(p, expect_hidden=H)
-    assert same_module(m, 3.0) and m.meta['domain'] == 'math' and read_surgery_config(p)['kind'] == 'position'
+    assert same_module(m, 3.0)
+    assert m.meta['domain'] == 'math'
+    assert read_surgery_config(p)['kind'] == 'position'
     t = TokenSurgery(H, 2, vocab_size=10)
     q = write_old(tmp_path / 'tok', t)
     c = _cfg(q, OLD_CONFIG)
@@ -321,7 +323,9 @@ def test_nonfinite_module_is_refused_everywhere(tmp_path, bad):
     before = snapshot(prev)
     with pytest.raises(ValueError, match=r"NaN or inf in \['up.weight'\]") as e:
         save_surgery(m, prev)
-    assert str(prev) in str(e.value) and snapshot(prev) == before and leftovers(tmp_path) == []
+    assert str(prev) in str(e.value)
+    assert snapshot(prev) == before
+    assert temporaries(tmp_path) == []
     model = tiny_llama(hidden_size=H)
     with pytest.raises(ValueError, match='attach_surgery.*NaN or inf'):
         attach_surgery(model, m)
@@ -404,18 +408,22 @@ def test_interrupted_save_keeps_the_previous_module(tmp_path, monkeypatch, case,
         save_surgery(filled(2.0), p, seed=2)
     assert text in str(e.value)
     if 'space' in text:
-        assert e.value.errno == errno.ENOSPC and str(p) in str(e.value)
+        assert e.value.errno == errno.ENOSPC
+        assert str(p) in str(e.value)
     monkeypatch.undo()
-    assert snapshot(p) == before and leftovers(tmp_path) == []
+    assert snapshot(p) == before
+    assert temporaries(tmp_path) == []
     m = load_surgery(p)
-    assert same_module(m, 1.0) and m.meta['seed'] == 1
+    assert same_module(m, 1.0)
+    assert m.meta['seed'] == 1
 
 
 def test_disk_full_on_a_new_destination_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC))
     with pytest.raises(OSError, match='no space left') as e:
         save_surgery(filled(2.0), tmp_path / 'new')
-    assert e.value.errno == errno.ENOSPC and str(tmp_path / 'new') in str(e.value)
+    assert e.value.errno == errno.ENOSPC
+    assert str(tmp_path / 'new') in str(e.value)
     assert os.listdir(tmp_path) == []
 
 
@@ -454,7 +462,8 @@ def test_sigkill_during_saves_never_leaves_the_destination_incomplete(tmp_path):
             child.kill()
             child.wait()
     m = load_surgery(p)
-    assert same_module(m, float(m.meta['seed'])) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
+    assert same_module(m, float(m.meta['seed']))
+    assert sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
     assert seen == {1, 2}  # the loads really ran during the saves
     assert os.listdir(tmp_path) == ['m'] or all(n.startswith('.m.tmp-') for n in os.listdir(tmp_path) if n != 'm')
 
@@ -506,7 +515,9 @@ def test_divergence_stops_with_the_step_loss_and_lr():
     with pytest.raises(FloatingPointError) as e:
         train_surgery(m, tiny_cache(), 'l1', iters=5, lr=1e30, progress=False)
     msg = str(e.value)
-    assert 'at step 2 of 5' in msg and 'lr=1e+30' in msg and 'loss value' in msg
+    assert 'at step 2 of 5' in msg
+    assert 'lr=1e+30' in msg
+    assert 'loss value' in msg
 
 
 def test_nonfinite_gradient_stops_training():
@@ -538,7 +549,8 @@ def test_nonfinite_values_at_pads_do_not_poison_training(bad, loss):
         return train_surgery(m, c, loss, iters=6, lr=1e-2, batch_size=4, head=head, progress=False), m
 
     (h1, m1), (h2, m2) = run(clean), run(poisoned)
-    assert h1 == h2 and all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+    assert h1 == h2
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
     assert all(torch.isfinite(v).all() for v in m2.state_dict().values())
 
 
@@ -595,12 +607,11 @@ def test_concurrent_cache_saves_and_loads_threads(tmp_path):
     stop.set()
     for t in loaders:
         t.join()
-    assert errors == [] and len(seen) > 1
-    assert (
-        whole(HiddenCache.load(p, device='cpu'))
-        and leftovers(tmp_path) == []
-        and sorted(os.listdir(p)) == [META, TENSORS]
-    )
+    assert errors == []
+    assert len(seen) > 1
+    assert whole(HiddenCache.load(p, device='cpu'))
+    assert temporaries(tmp_path) == []
+    assert sorted(os.listdir(p)) == [META, TENSORS]
 
 
 CHILD_CACHE_SAVER = textwrap.dedent('''
@@ -632,7 +643,8 @@ def test_concurrent_cache_save_and_load_processes(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert len(seen) > 2 and whole(HiddenCache.load(p, device='cpu'))
+    assert len(seen) > 2
+    assert whole(HiddenCache.load(p, device='cpu'))
 
 
 def _old_format_cache(p):
@@ -688,7 +700,8 @@ def test_cache_load_table(tmp_path, case, damage, exc, text):
         return
     with pytest.raises(exc) as e:
         HiddenCache.load(p, device='cpu')
-    assert str(p) in str(e.value) and text in str(e.value), str(e.value)
+    assert str(p) in str(e.value), str(e.value)
+    assert text in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -701,8 +714,10 @@ def test_cache_save_refuses_a_folder_with_other_files(tmp_path, case, make, exc,
     before = snapshot(dest)
     with pytest.raises(exc) as e:
         versioned_cache(1).save(dest)
-    assert str(dest) in str(e.value) and names in str(e.value)
-    assert snapshot(dest) == before and leftovers(tmp_path) == []
+    assert str(dest) in str(e.value)
+    assert names in str(e.value)
+    assert snapshot(dest) == before
+    assert temporaries(tmp_path) == []
 
 
 def _fail_safetensors(monkeypatch):
@@ -734,9 +749,11 @@ def test_cache_disk_full(tmp_path, monkeypatch, where, existing):
         monkeypatch.setattr(pathlib.Path, 'write_bytes', fail_nth_write(1, ENOSPC))
     with pytest.raises(OSError) as e:
         versioned_cache(2).save(p)
-    assert e.value.errno == errno.ENOSPC and f'no space left on the device while writing {p}' in str(e.value)
+    assert e.value.errno == errno.ENOSPC
+    assert f'no space left on the device while writing {p}' in str(e.value)
     monkeypatch.undo()
-    assert snapshot(p) == before and leftovers(tmp_path) == []  # the old cache, or nothing: no partial file
+    assert snapshot(p) == before
+    assert temporaries(tmp_path) == []  # the old cache, or nothing: no partial file
     if existing:
         assert HiddenCache.load(p, device='cpu').meta['v'] == 1
 
@@ -784,7 +801,8 @@ def test_real_full_disk_on_a_tiny_tmpfs(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for name, path in (('cache', f'{d}/c'), ('module', f'{d}/m')):
-        assert out[name][0] == errno.ENOSPC and f'no space left on the device while writing {path}' in out[name][1], out
+        assert out[name][0] == errno.ENOSPC, out
+        assert f'no space left on the device while writing {path}' in out[name][1], out
     assert out["files"] == [
         "c",
         "m",
@@ -792,7 +810,8 @@ def test_real_full_disk_on_a_tiny_tmpfs(tmp_path):
         TENSORS,
         *sorted([CONFIG, WEIGHTS, CARD]),
     ]  # no temporary sibling, no partial file
-    assert out['cache_v'] == 1 and out['module_seed'] == 1
+    assert out['cache_v'] == 1
+    assert out['module_seed'] == 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -840,7 +859,8 @@ def _get(root, merged, expert, prompts=('a', 'b'), max_len=4, spans=None):
 def test_cache_key_inputs(tmp_path, fake_build):
     root, m, e = tmp_path / 'caches', _ckpt(tmp_path / 'merged'), _ckpt(tmp_path / 'expert')
     first = _get(root, m, e)
-    assert _get(root, m, e).meta['v'] == first.meta['v'] == 1 and len(fake_build) == 1  # reused
+    assert _get(root, m, e).meta['v'] == first.meta['v'] == 1
+    assert len(fake_build) == 1  # reused
     variants = [
         ('other prompts', dict(prompts=('a', 'c'))),
         ('other max_len', dict(max_len=5)),
@@ -851,12 +871,13 @@ def test_cache_key_inputs(tmp_path, fake_build):
         args = dict(merged=m, expert=e)
         args.update({k: v for k, v in kw.items() if k in args})
         c = _get(root, args['merged'], args['expert'], **{k: v for k, v in kw.items() if k not in args})
-        assert c.meta['v'] == i and len(fake_build) == i, case
+        assert c.meta['v'] == i, case
+        assert len(fake_build) == i, case
     time.sleep(0.01)
     _ckpt(m, 'merge redone')  # a merge redone under the same name
     assert _get(root, m, e).meta['v'] == len(variants) + 2
     assert cache_path(m, e, ['a', 'b'], 4, root=root) != cache_path(tmp_path / 'expert', m, ['a', 'b'], 4, root=root)
-    assert leftovers(root) == []
+    assert temporaries(root) == []
 
 
 def test_cache_for_other_inputs_at_the_path_is_not_returned(tmp_path, fake_build):
@@ -867,7 +888,9 @@ def test_cache_for_other_inputs_at_the_path_is_not_returned(tmp_path, fake_build
     p2 = cache_path(m, e2, ['a', 'b'], 4, root=root)
     shutil.copytree(p_other, p2)  # (m, e)'s cache under (m, e2)'s name: same prompts, same max_len
     c = _get(root, m, e2)
-    assert c.meta['v'] == 2 and c.meta['key'] == cache_key(m, e2, ['a', 'b'], 4) and other.meta['key'] != c.meta['key']
+    assert c.meta['v'] == 2
+    assert c.meta['key'] == cache_key(m, e2, ['a', 'b'], 4)
+    assert other.meta['key'] != c.meta['key']
 
 
 def test_corrupt_cache_is_built_again(tmp_path, fake_build):
@@ -877,7 +900,9 @@ def test_corrupt_cache_is_built_again(tmp_path, fake_build):
     truncate(TENSORS)(p)
     with pytest.warns(UserWarning, match=f'{p / TENSORS}: corrupt or incomplete'):
         c = _get(root, m, e)
-    assert c.meta['v'] == 2 and whole(HiddenCache.load(p, device='cpu')) and leftovers(root) == []
+    assert c.meta['v'] == 2
+    assert whole(HiddenCache.load(p, device='cpu'))
+    assert temporaries(root) == []
 
 
 @pytest.mark.parametrize('what', ['module', 'cache'])
@@ -913,7 +938,8 @@ def test_racing_first_saves_of_one_path(tmp_path, monkeypatch, what):
             assert same_module(m, float(m.meta['seed']))
         else:
             assert whole(HiddenCache.load(p, device='cpu'))
-    assert errors == [] and leftovers(tmp_path) == []
+    assert errors == []
+    assert temporaries(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -963,7 +989,8 @@ def test_a_small_folder_claiming_a_huge_module_allocates_nothing(tmp_path, no_bi
     _put(p, {**_cfg(p), **sizes})
     with pytest.raises(ValueError) as e:
         load_surgery(p)
-    assert str(p) in str(e.value) and text in str(e.value), str(e.value)
+    assert str(p) in str(e.value), str(e.value)
+    assert text in str(e.value), str(e.value)
     assert no_big_tensors == []
 
 
@@ -1028,7 +1055,8 @@ def test_forged_weights_headers_are_refused_before_the_data_is_read(tmp_path, no
     (p / WEIGHTS).write_bytes(content)
     with pytest.raises(ValueError) as e:
         load_surgery(p)
-    assert str(p / WEIGHTS) in str(e.value) and text in str(e.value), str(e.value)
+    assert str(p / WEIGHTS) in str(e.value), str(e.value)
+    assert text in str(e.value), str(e.value)
     assert no_big_tensors == []
 
 
@@ -1076,7 +1104,9 @@ def test_files_that_are_not_regular_files_are_refused_not_read(tmp_path):
     got = [json.loads(line) for line in r.stdout.strip().splitlines()]
     assert len(got) == len(NOT_FILES), r.stderr[-2000:]
     for (case, name, what, text), p, (exc, msg) in zip(NOT_FILES, folders, got):
-        assert exc == 'ValueError' and f'{p}/{name}' in msg and text in msg, (case, exc, msg)
+        assert exc == 'ValueError', (case, exc, msg)
+        assert f'{p}/{name}' in msg, (case, exc, msg)
+        assert text in msg, (case, exc, msg)
 
 
 def test_a_folder_where_a_file_should_be_is_refused(tmp_path):
@@ -1116,7 +1146,8 @@ def test_every_config_field_is_checked(tmp_path, case, damage, text):
     for read in (load_surgery, read_surgery_config):
         with pytest.raises(ValueError) as e:
             read(p)
-        assert str(p / CONFIG) in str(e.value) and text in str(e.value), str(e.value)
+        assert str(p / CONFIG) in str(e.value), str(e.value)
+        assert text in str(e.value), str(e.value)
 
 
 SAVE_META = [  # (case, meta given to save_surgery, text)
@@ -1132,8 +1163,10 @@ def test_bad_provenance_is_refused_before_anything_is_written(tmp_path, case, me
     before = snapshot(prev)
     with pytest.raises(ValueError) as e:
         save_surgery(filled(2.0), prev, **meta)
-    assert str(prev) in str(e.value) and text in str(e.value)
-    assert snapshot(prev) == before and leftovers(tmp_path) == []
+    assert str(prev) in str(e.value)
+    assert text in str(e.value)
+    assert snapshot(prev) == before
+    assert temporaries(tmp_path) == []
 
 
 def test_save_pretrained_never_writes_a_checkpoint_without_its_module(tmp_path):
@@ -1164,4 +1197,5 @@ def test_a_module_saved_before_issue_29_still_loads_and_is_replaced(tmp_path):
     _put(p, c)
     assert same_module(load_surgery(p), 1.0)
     save_surgery(filled(2.0), p, domain='math')
-    assert same_module(load_surgery(p), 2.0) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
+    assert same_module(load_surgery(p), 2.0)
+    assert sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])

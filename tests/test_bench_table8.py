@@ -34,9 +34,8 @@ def test_bench_table8_tiny(tmp_path):
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'Table 8 on CPU' in r.stdout
-    assert (
-        not (tmp_path / 'work' / 'merged').exists() and not (tmp_path / 'work' / 'target').exists()
-    )  # cleaned up without --keep
+    assert not (tmp_path / 'work' / 'merged').exists()
+    assert not (tmp_path / 'work' / 'target').exists()  # cleaned up without --keep
     res = json.loads((tmp_path / 'out' / 'table8.json').read_text())
     s, H = res['settings'], res['configs']['merged']['hidden_size']
     got = {(m['kind'], m['phase']): m for m in res['measured']}
@@ -44,14 +43,16 @@ def test_bench_table8_tiny(tmp_path):
         for phase in COST_PHASES:
             assert (kind, phase) in got, (kind, phase)
             m = got[kind, phase]
-            assert math.isfinite(m['value']) and m['value'] > 0, m
+            assert math.isfinite(m['value']), m
+            assert m['value'] > 0, m
         g = res['generate'][kind]
-        assert g['plain'] > 0 and g['attached'] > 0 and g['ratio'] > 0
+        assert g['plain'] > 0
+        assert g['attached'] > 0
+        assert g['ratio'] > 0
     par = {k: got[k, 'surgery_params']['value'] for k in COST_KINDS}
     assert par['position'] > par['standard']
-    assert (
-        par['standard'] == 2 * H * s['rank'] and par['position'] == 2 * H * s['rank'] + s['max_len'] * H
-    )  # W_down, W_up (+ b)
+    assert par['standard'] == 2 * H * s['rank']
+    assert par['position'] == 2 * H * s['rank'] + s['max_len'] * H  # W_down, W_up (+ b)
     # HiddenCache.nbytes: every prompt fills T = max_len tokens; per position h^M and h^k in bf16 (2 x 2H bytes),
     # the float32 entropy (4), the bool mask (1) and the int64 ids (8). At 7B: 50 * 512 * (4 * 4096 + 13) = 0.42 GB.
     for kind in COST_KINDS:
@@ -61,6 +62,7 @@ def test_bench_table8_tiny(tmp_path):
     assert rows[0] == ['phase', 'Standard', 'DARTS', 'Standard (paper)', 'DARTS (paper)']
     labels = [r[0] for r in rows[1:]]
     want = {**COST_PHASES, 'train': f"training loop ({s['iters']} it)", 'peak_memory': 'peak memory (CPU RSS growth)'}
-    assert labels[: len(COST_PHASES)] == [want[p] for p in COST_PHASES] and len(labels) == len(COST_PHASES) + 3
+    assert labels[: len(COST_PHASES)] == [want[p] for p in COST_PHASES]
+    assert len(labels) == len(COST_PHASES) + 3
     assert all(all(c for c in r) for r in rows[1:])
     assert {r[0]: r[3] for r in rows[1:]}['total wall-clock'] == '11.01 s'

@@ -65,7 +65,8 @@ def test_module_receives_positions():
 def test_band_and_png(tmp_path):
     b = {'code': token_bias(synthetic_cache(n=20, t=32, slope=0.01, seed=3))}
     pos = bias_by_position(b)
-    assert ((pos.lo <= pos['mean']) & (pos['mean'] <= pos.hi)).all() and (pos.n >= 3).all()
+    assert ((pos.lo <= pos['mean']) & (pos['mean'] <= pos.hi)).all()
+    assert (pos.n >= 3).all()
     bias_heatmap(b, save=tmp_path / 'x.png')
     assert (tmp_path / 'x.png').stat().st_size > 1000
 

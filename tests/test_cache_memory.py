@@ -59,12 +59,14 @@ def test_arm_job_holds_one_model_at_a_time(tmp_path, monkeypatch):
     spy = Spy(runs_mod.load_model)
     monkeypatch.setattr(runs_mod, 'load_model', spy)
     out = runs_mod.arm_job(run, 'ta-0.5', 'math', replace(runs_mod.DARTS, iters=3))
-    assert spy.alive_at_load and all(a == [] for a in spy.alive_at_load), list(zip(spy.paths, spy.alive_at_load))
+    assert spy.alive_at_load, list(zip(spy.paths, spy.alive_at_load))
+    assert all(a == [] for a in spy.alive_at_load), list(zip(spy.paths, spy.alive_at_load))
     # the head, then each cache (merged, expert), then the merged model for the evaluation
     assert spy.paths == ['math', 'ta-0.5', 'math', 'ta-0.5', 'math', 'ta-0.5'], spy.paths
     assert {'rho_l1', 'argmax_agree', 'final_loss'} <= {r['metric'] for r in out['rows']}
     head = run.head(run.profile.experts['math'])
-    assert tuple(head.shape) == (512, 64) and not head.requires_grad  # kept while the merged model is loaded
+    assert tuple(head.shape) == (512, 64)
+    assert not head.requires_grad  # kept while the merged model is loaded
     run.release()
 
 
@@ -88,20 +90,21 @@ def test_bench_cache_memory_tiny(tmp_path):
     for v in ('side-by-side', 'one-at-a-time', 'calibration'):
         assert f'{v:14s} peak ' in stdout, v
         r = res['results'][v]
-        assert r['peak'] > r['base'] > 0 and r['reserved'] is None  # CPU: the process's resident high-water mark
+        assert r['peak'] > r['base'] > 0
+        assert r['reserved'] is None  # CPU: the process's resident high-water mark
     assert res['caches'] == {'identical': True, 'max_abs_diff': 0.0}
     ratio = res['results']['one-at-a-time']['peak'] / res['results']['side-by-side']['peak']
     assert res['ratio'] == pytest.approx(ratio)
     assert f'ratio one-at-a-time / side-by-side: {ratio:.2f}' in stdout
-    assert (
-        res['settings'] == dict(prompts=8, max_len=32, batch_size=8, iters=5, loss='ewl1') and res['dtype'] == 'float32'
-    )
+    assert res['settings'] == dict(prompts=8, max_len=32, batch_size=8, iters=5, loss='ewl1')
+    assert res['dtype'] == 'float32'
     assert res['plan']['one_at_a_time'] < res['plan']['side_by_side']
 
 
 def test_bench_cache_memory_bf16_on_cpu(tmp_path):
     "The GPU's dtype (bfloat16) through the same code on a CPU: the same cache both ways."
     stdout, res = _bench(tmp_path, '--dtype', 'bfloat16', '--only', 'side-by-side', 'one-at-a-time')
-    assert res['dtype'] == 'bfloat16' and set(res['results']) == {'side-by-side', 'one-at-a-time'}
+    assert res['dtype'] == 'bfloat16'
+    assert set(res['results']) == {'side-by-side', 'one-at-a-time'}
     assert res['caches']['identical'], res['caches']
     assert 'the plan assumes float32 on cpu' in stdout

@@ -36,7 +36,8 @@ ATTACKS = {  # a wrong solution plus a way to make an in-process harness report 
 @pytest.mark.parametrize('name', list(ATTACKS))
 def test_attack_does_not_pass(name):
     r = check_completion(PROBLEM, ATTACKS[name], timeout=3.0)
-    assert not r.passed and r.status != 'passed', (name, r)
+    assert not r.passed, (name, r)
+    assert r.status != 'passed', (name, r)
     assert r.seconds < 3.0 + 2.5, r.seconds
 
 
@@ -65,7 +66,9 @@ def test_every_humaneval_solution_passes_and_every_empty_body_fails():
     problems = list(read_problems().values())
     good = [p['task_id'] for p in problems if not check_completion(p, p['canonical_solution']).passed]
     bad = [p['task_id'] for p in problems if check_completion(p, '    pass\n').passed]
-    assert len(problems) == 164 and good == [] and bad == [], (good, bad)
+    assert len(problems) == 164, (good, bad)
+    assert good == [], (good, bad)
+    assert bad == [], (good, bad)
 
 
 # Issue 29: the checker's own signals, the types that cross, the exceptions the tests see, the answer's memory.
@@ -199,7 +202,8 @@ def test_big_integers_cross_both_ways():
 def test_too_deep_is_unsupported_and_blames_no_one():
     p = dict(prompt='def f():\n    "Deep."\n', entry_point='f', test='def check(c):\n    assert c() is not None\n')
     r = check_completion(p, '    v = []\n    for _ in range(1001):\n        v = [v]\n    return v\n')
-    assert (r.passed, r.status) == (False, 'unsupported') and 'nested more than 1000 deep' in r.detail, r
+    assert (r.passed, r.status) == (False, 'unsupported'), r
+    assert 'nested more than 1000 deep' in r.detail, r
 
 
 def test_blind_answers_are_not_answers():
@@ -214,7 +218,8 @@ def test_blind_answers_are_not_answers():
         '        os.write(fd, b\'{"ok": true}\\n\' * 8)\n    except OSError:\n        pass\n'
     )
     r = check_completion(p, forged, timeout=3.0)
-    assert not r.passed and r.status == 'error', r
+    assert not r.passed, r
+    assert r.status == 'error', r
 
 
 def test_a_completions_main_block_does_not_run():
@@ -259,5 +264,6 @@ def test_a_huge_answer_is_refused_within_a_memory_bound():
     p = subprocess.run([sys.executable, '-c', RSS, HUGE], capture_output=True, text=True, timeout=300, cwd=root)
     assert p.returncode == 0, p.stderr[-2000:]
     status, grown, detail = p.stdout.strip().split(' ', 2)
-    assert status == 'unsupported' and 'over the limit' in detail, p.stdout
+    assert status == 'unsupported', p.stdout
+    assert 'over the limit' in detail, p.stdout
     assert int(grown) < 64, f'the checker grew by {grown} MB reading the answer'

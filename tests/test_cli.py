@@ -20,7 +20,8 @@ def darts(*args, home):
 
 def test_report_of_a_missing_run_fails_at_once_and_builds_nothing(tmp_path):
     r = darts('report', 'nosuchrun', home=tmp_path)
-    assert r.returncode != 0 and "run 'nosuchrun' does not exist" in r.stderr, r.stderr
+    assert r.returncode != 0, r.stderr
+    assert "run 'nosuchrun' does not exist" in r.stderr, r.stderr
     assert not any(p.name.startswith('zoo') for p in tmp_path.iterdir())  # no zoo was built
     assert not (tmp_path / 'runs' / 'nosuchrun').exists()
 
@@ -35,7 +36,8 @@ def test_merge_merges_and_scores_nothing(monkeypatch):
     )  # the ci zoo is built in the test home by `make test`
     prof = get_profile('ci')
     assert (merges_dir(Run('x', prof, models_key=models_key(prof))) / 'ta-0.5' / 'merge.yaml').exists()
-    assert not (run_dir('merge') / 'results.sqlite').exists() and not (run_dir('merge') / 'run.json').exists()
+    assert not (run_dir('merge') / 'results.sqlite').exists()
+    assert not (run_dir('merge') / 'run.json').exists()
 
 
 def test_only_without_names_is_refused(capsys):
@@ -43,7 +45,8 @@ def test_only_without_names_is_refused(capsys):
 
     with pytest.raises(SystemExit) as e:
         main(['run', '--only'])
-    assert e.value.code == 2 and 'expected at least one argument' in capsys.readouterr().err
+    assert e.value.code == 2
+    assert 'expected at least one argument' in capsys.readouterr().err
 
 
 def test_the_library_has_no_import_cycle():
@@ -83,11 +86,11 @@ def test_surgery_prints_both_scores_and_the_paired_difference():
         )
         assert r.returncode == 0, r.stderr[-2000:]
         lines = r.stdout.strip().splitlines()
-        assert lines[0] == 'math on ta-0.5:' and any(
-            line.strip().startswith('exact_match') and '±' in line and '(n=4)' in line for line in lines
-        ), lines
+        assert lines[0] == 'math on ta-0.5:', lines
+        assert any(line.strip().startswith('exact_match') and '±' in line and '(n=4)' in line for line in lines), lines
         assert any('difference (with - without, paired over 4 items)' in line and '95% CI' in line for line in lines)
-        assert lines[-1].startswith('module saved in ') and Path(lines[-1][len('module saved in ') :]).is_dir()
+        assert lines[-1].startswith('module saved in ')
+        assert Path(lines[-1][len('module saved in ') :]).is_dir()
         assert '\r' not in r.stderr  # a log, not a terminal: progress as lines
     finally:
         shutil.rmtree(run_dir(name), ignore_errors=True)

@@ -212,7 +212,9 @@ def test_bad_inputs(zoo, merged, bad, no_model):
         code, out, err = run_main(line)
         assert code == 2, (what, code, err)
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith('darts correct: error: ') and words in lines[0], (what, err)
+        assert len(lines) == 1, (what, err)
+        assert lines[0].startswith('darts correct: error: '), (what, err)
+        assert words in lines[0], (what, err)
     assert (bad / 'mine' / 'math' / 'notes.txt').read_text() == 'my notes'
 
 
@@ -221,13 +223,15 @@ def test_console_script_refuses_at_once(zoo, bad):
     cmd = [sys.executable, '-m', 'darts_nb.cli', 'correct', '--merged', str(zoo / 'base'), '--expert']
     cmd += [f"math={zoo / 'math'}", '--prompts', str(bad / 'missing.txt')]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "prompts['math']: expected an existing prompt file" in r.stderr
 
 
 def load_card(folder: Path) -> str:
     m = SurgeryModule.from_pretrained(folder)
-    assert m.kind == 'position' and m.hidden_size == 64
+    assert m.kind == 'position'
+    assert m.hidden_size == 64
     return (folder / 'README.md').read_text()
 
 
@@ -238,14 +242,19 @@ def test_command_from_jsonl(zoo, merged, bad, tmp_path):
     argv += ['--prompts', str(bad / 'p.jsonl'), '--field', 'question', '--n-calib', '8', '--n-held', '4']
     code, said, err = run_main(argv + ['--iters', '30', '--device', 'cpu', '--out', str(out)])
     assert code == 0, err[-2000:]
-    assert 'math: the bias' in said and 'code: the merge picks' in said and f'written to {out}' in said, said
+    assert 'math: the bias' in said, said
+    assert 'code: the merge picks' in said, said
+    assert f'written to {out}' in said, said
     for d in ('math', 'code'):
         card = load_card(out / d)
         assert f"calibration: trained on | the first 8 prompts of file {bad / 'p.jsonl'} (field question)" in card, card
         assert f"calibration: held out | the 4 prompts after the first 8 of file {bad / 'p.jsonl'}" in card, card
-        assert 'held-out agreement with the expert (%), all positions' in card and '| diagnosis 1 |' in card
+        assert 'held-out agreement with the expert (%), all positions' in card
+        assert '| diagnosis 1 |' in card
         cfg = json.loads((out / d / 'surgery_config.json').read_text())
-        assert cfg['domain'] == d and cfg['expert'] == str(zoo / d) and cfg['rho_l1'] > 0, cfg
+        assert cfg['domain'] == d, cfg
+        assert cfg['expert'] == str(zoo / d), cfg
+        assert cfg['rho_l1'] > 0, cfg
     assert (out / 'diagnosis.png').stat().st_size > 1000
 
 
@@ -282,7 +291,8 @@ def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
     (tmp_path / 'files').mkdir()
     (tmp_path / 'files' / 'train.jsonl').write_text(''.join(json.dumps(dict(text=t)) + '\n' for t in texts))
     got, what = read_prompts(tmp_path / 'files', field='text', split='train', n=12)
-    assert got == texts and what == f"dataset {tmp_path / 'files'} (split train, field text)"
+    assert got == texts
+    assert what == f"dataset {tmp_path / 'files'} (split train, field text)"
 
 
 def test_diagnose_only(zoo, merged, tmp_path):
@@ -293,7 +303,9 @@ def test_diagnose_only(zoo, merged, tmp_path):
     assert code == 0, err[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ['diagnosis.png', 'summary.md']
     summary = (out / 'summary.md').read_text()
-    assert 'head_distance' in summary and 'oracle' in summary and 'math: the merge picks the expert' in summary
+    assert 'head_distance' in summary
+    assert 'oracle' in summary
+    assert 'math: the merge picks the expert' in summary
 
 
 def test_same_module_from_the_function(zoo, merged, texts, tmp_path):
@@ -347,7 +359,8 @@ def test_user_task_scored_without_and_with(zoo, merged, bad, tmp_path):
     got = pd.read_csv(out / 'tasks.csv')
     assert list(got[['domain', 'task', 'metric', 'n']].iloc[0]) == ['math', 'my_sums', 'acc', 5], got
     r = got.iloc[0]
-    assert abs(r['diff'] - (r.with_module - r.without)) < 1e-9 and r.lo <= r['diff'] <= r.hi
+    assert abs(r['diff'] - (r.with_module - r.without)) < 1e-9
+    assert r.lo <= r['diff'] <= r.hi
     assert (
         'my_sums acc (n=5): without, with the module, difference [95% CI]' in (out / 'math' / 'README.md').read_text()
     )
@@ -367,21 +380,24 @@ def test_all_modules_on_one_model(zoo, merged, bad, tmp_path):
         merged, experts, bad / 'p.jsonl', out_dir=out, field='question', iters=20, n_calib=8, n_held=4, progress=False
     )
     model, tok = load_model(merged, device='cpu')
-    assert sorted(attach_corrections(model, out)) == ['code', 'math'] and surgery_of(model) is None
+    assert sorted(attach_corrections(model, out)) == ['code', 'math']
+    assert surgery_of(model) is None
     ids = tok(['Question: Bob has 2 cards.'], return_tensors='pt')
     plain = model(**ids).logits
     got = {}
     for d in ('math', 'code'):
         with surgery(model, d):
             got[d] = model(**ids).logits
-    assert not torch.equal(got['math'], got['code']) and not torch.equal(got['math'], plain)
+    assert not torch.equal(got['math'], got['code'])
+    assert not torch.equal(got['math'], plain)
     assert torch.equal(model(**ids).logits, plain)
 
 
 def test_help_shows_the_example_and_the_papers_defaults():
     "darts correct --help: its example and every option's default (the paper's), without importing the library."
     code, out, _ = run_main(['correct', '--help'])
-    assert code == 0 and 'example:\n  darts correct' in out, out
+    assert code == 0, out
+    assert 'example:\n  darts correct' in out, out
     for default in ('(default: position)', '(default: ewl1)', '(default: 16)', '(default: 500)', '(default: 0.001)'):
         assert default in out, (default, out)
     probe = "import sys; from darts_nb.cli import _parser; _parser(); "
@@ -414,4 +430,5 @@ def test_hub_ids_from_the_local_cache(zoo, merged, texts, tmp_path, monkeypatch)
         in (out / 'math' / 'README.md').read_text()
     )
     code, _, err = run_main(argv[:3] + ['--expert', 'math=org/not-fetched'])
-    assert code == 2 and "experts['math']: expected a checkpoint folder or a hub id in the local cache" in err, err
+    assert code == 2, err
+    assert "experts['math']: expected a checkpoint folder or a hub id in the local cache" in err, err

@@ -13,11 +13,11 @@ def test_sweep_without_keeping_merges():
     try:
         stage_sweep(run)
         t = sweep_table(run)
-        assert (
-            len(t) == 4 and t[['code', 'math', 'instruct']].notna().all().all()
-        )  # one merge per family, every domain scored
+        assert len(t) == 4
+        assert t[['code', 'math', 'instruct']].notna().all().all()  # one merge per family, every domain scored
         assert not any(is_finished(merges_dir(run) / n) for n in t.index)  # none left on disk
         rows = run_arm(run, 'ta-0.5', 'math', NONE)  # needs ta-0.5 again: merged again
-        assert is_finished(merges_dir(run) / 'ta-0.5') and len(rows)
+        assert is_finished(merges_dir(run) / 'ta-0.5')
+        assert len(rows)
     finally:
         run.close()

@@ -21,9 +21,8 @@ def test_pages_are_named_as_nbdev_names_them():
     assert [
         build_docs.page_name(n) for n in ('index.ipynb', '04_surgery.ipynb', '01a_containment.ipynb', '22_cli.ipynb')
     ] == ['index', 'surgery', 'containment', 'cli']
-    assert build_docs.notebooks()[0] == 'index.ipynb' and len(build_docs.notebooks()) == len(
-        list((ROOT / 'nbs').glob('*.ipynb'))
-    )
+    assert build_docs.notebooks()[0] == 'index.ipynb'
+    assert len(build_docs.notebooks()) == len(list((ROOT / 'nbs').glob('*.ipynb')))
 
 
 def test_links_to_the_published_site_become_local_and_fit_mkdocs_headings():
@@ -131,7 +130,8 @@ def test_a_site_built_without_executing_fails(tmp_path):
     "The old deploy (nbdev-docs, no execution) or build_docs.py --no-exec without an executed copy: code, no results."
     unexecuted = [_cell('sd', 'show_doc(f)', EXECUTED[0]['outputs'], 1), _cell('a', 'f(21)'), _cell('b', "print('hi')")]
     errs = _site(tmp_path, unexecuted)
-    assert len(errs) == 1 and 'tiny.html: 2 of 2 lesson cell(s) were not executed' in errs[0], errs
+    assert len(errs) == 1, errs
+    assert 'tiny.html: 2 of 2 lesson cell(s) were not executed' in errs[0], errs
     assert "['a', 'b']" in errs[0]
 
 
@@ -145,15 +145,18 @@ def test_a_site_from_stripped_notebooks_fails(tmp_path):
     clean_nb(cleaned)
     for cells in (cleared, cleaned['cells']):
         errs = _site(tmp_path, cells)
-        assert len(errs) == 1 and '2 of 2 lesson cell(s) were not executed' in errs[0], errs
+        assert len(errs) == 1, errs
+        assert '2 of 2 lesson cell(s) were not executed' in errs[0], errs
 
 
 def test_a_site_from_an_old_execution_or_without_a_lesson_fails(tmp_path):
     changed = [*SOURCE[:4], _cell('a', 'f(22)'), *SOURCE[5:]]
     errs = _site(tmp_path, EXECUTED, source=changed)
-    assert len(errs) == 1 and "1 lesson cell(s) show outputs of other code than 01_tiny.ipynb has now" in errs[0]
+    assert len(errs) == 1
+    assert "1 lesson cell(s) show outputs of other code than 01_tiny.ipynb has now" in errs[0]
     errs = _site(tmp_path, [c for c in EXECUTED if c['id'] != 'b'])
-    assert len(errs) == 1 and "1 lesson cell(s) of 01_tiny.ipynb are not on the page: ['b']" in errs[0]
+    assert len(errs) == 1
+    assert "1 lesson cell(s) of 01_tiny.ipynb are not on the page: ['b']" in errs[0]
 
 
 def test_a_partial_site_fails(tmp_path):
@@ -223,9 +226,11 @@ def test_the_deploy_workflow_publishes_the_checked_site():
     runs = [s.get('run', '') for s in steps]
     uses = [s.get('uses', '').split('@')[0] for s in steps]
     check, upload = runs.index('make docs-check'), uses.index('actions/upload-pages-artifact')
-    assert check < upload and steps[upload]['with']['path'].rstrip('/') == '_docs'
+    assert check < upload
+    assert steps[upload]['with']['path'].rstrip('/') == '_docs'
     assert not any('docs' in r for r in runs[check + 1 :]), 'nothing may rebuild the site between check and upload'
     deploy = d['jobs']['deploy']
-    assert deploy['needs'] == 'build' and 'pull_request' in deploy['if']
+    assert deploy['needs'] == 'build'
+    assert 'pull_request' in deploy['if']
     assert deploy['permissions'] == {'pages': 'write', 'id-token': 'write'}
     assert [s['uses'].split('@')[0] for s in deploy['steps']] == ['actions/deploy-pages']

@@ -9,13 +9,6 @@ from darts_nb.benchmarks import paper_split, paper_items, calib_eval_split
 from darts_nb.sandbox import run_code
 
 
-@pytest.fixture(scope='module')
-def code_model():
-    from darts_nb.zoo import build_zoo, load_model
-
-    return load_model(build_zoo('ci')['code'])
-
-
 def test_bad_arguments(code_model):
     m, tok = code_model
     with pytest.raises(ValueError, match='profile'):
@@ -60,7 +53,8 @@ def test_paper_profile_local_files(tmp_path, code_model):
         )
     )
     paths = {'math': gsm, 'instruct': ae}
-    assert len(paper_split('math', paths=paths)) == 2 and len(paper_split('math', 'calib', paths=paths)) == 50
+    assert len(paper_split('math', paths=paths)) == 2
+    assert len(paper_split('math', 'calib', paths=paths)) == 50
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         df = evaluate_model(
@@ -75,8 +69,10 @@ def test_paper_profile_local_files(tmp_path, code_model):
             batch_size=2,
         )
     assert any('AlpacaEval not judged' in str(x.message) for x in w)
-    assert df[df.domain == 'math'].metric.tolist() == ['exact_match'] and df[df.domain == 'math'].n.tolist() == [2]
+    assert df[df.domain == 'math'].metric.tolist() == ['exact_match']
+    assert df[df.domain == 'math'].n.tolist() == [2]
     assert df[df.domain == 'instruct'].metric.tolist() == ['generated']  # what was generated, and no made-up AE score
     outs = json.loads(Path(df.attrs['alpaca_eval_outputs']).read_text())
-    assert len(outs) == 2 and set(outs[0]) == {'instruction', 'output', 'generator', 'dataset'}
+    assert len(outs) == 2
+    assert set(outs[0]) == {'instruction', 'output', 'generator', 'dataset'}
     assert outs[0]['instruction'] in {f'Say {i}.' for i in range(52)}

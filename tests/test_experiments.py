@@ -130,7 +130,8 @@ def fake_run(tmp_path, monkeypatch, darts_gain: float) -> Run:
 def test_report_from_synthetic_store(tmp_path, monkeypatch):
     run = fake_run(tmp_path, monkeypatch, darts_gain=8.0)
     long = seed_frame(run)
-    assert len(long) == 2 * len(PAPER_SEEDS) * 3 and set(long.method) == {'DARTS', 'Standard + L1'}
+    assert len(long) == 2 * len(PAPER_SEEDS) * 3
+    assert set(long.method) == {'DARTS', 'Standard + L1'}
     text = write_report(run).read_text()
     for part in (
         '## The core claims',
@@ -144,12 +145,15 @@ def test_report_from_synthetic_store(tmp_path, monkeypatch):
         'Section 6.2',
     ):
         assert part in text, part
-    assert '**AGREES** — DARTS beats Standard + L1 on the per-seed average' in text and 'ahead in 6 of 6 seeds' in text
+    assert '**AGREES** — DARTS beats Standard + L1 on the per-seed average' in text
+    assert 'ahead in 6 of 6 seeds' in text
     assert '**AGREES** — DARTS is significantly better than Standard + L1 over seeds' in text
     assert '**AGREES** — DARTS beats Standard + L1 on the best merges' in text  # the core claim, paired over items
     assert '90.0 ± 3.0' in text  # scores carry their uncertainty
-    assert 'Figure 1' not in text and 'Table 8' not in text  # not run: left out, not faked
-    assert (run.dir / 'report.html').read_text().count('<table>') >= 5 and (run.dir / 'figures' / 'seeds.png').exists()
+    assert 'Figure 1' not in text
+    assert 'Table 8' not in text  # not run: left out, not faked
+    assert (run.dir / 'report.html').read_text().count('<table>') >= 5
+    assert (run.dir / 'figures' / 'seeds.png').exists()
 
 
 def test_report_says_when_the_run_disagrees(tmp_path, monkeypatch):
@@ -161,7 +165,8 @@ def test_report_says_when_the_run_disagrees(tmp_path, monkeypatch):
 def test_no_difference_is_inconclusive(tmp_path, monkeypatch):
     run = fake_run(tmp_path, monkeypatch, darts_gain=0.0)
     r = paired_diff(run, [(arm_key('ta-0.5', DARTS), arm_key('ta-0.5', STANDARD_L1))])
-    assert r['diff'] == 0 and r['lo'] <= 0 <= r['hi']
+    assert r['diff'] == 0
+    assert r['lo'] <= 0 <= r['hi']
     assert '**INCONCLUSIVE** — DARTS beats Standard + L1 on the best merges' in write_report(run).read_text()
 
 
@@ -170,7 +175,8 @@ def test_rows_line_up_with_the_published_tables():
         if ab.paper:
             assert {label for label, _ in ab.arms} <= set(paper_rows(ab.paper, ab.key).index), name
     t1 = paper_rows('table1', ('merge', 'surgery'))
-    assert 'Task Arithmetic / DARTS' in t1.index and t1.loc['Task Arithmetic / DARTS', 'Avg (paper)'] == 42.3
+    assert 'Task Arithmetic / DARTS' in t1.index
+    assert t1.loc['Task Arithmetic / DARTS', 'Avg (paper)'] == 42.3
 
 
 def test_position_and_placement_tables():
@@ -187,7 +193,8 @@ def test_position_and_placement_tables():
         )
     }
     rho, agr = position_table(frames)
-    assert rho.loc['DARTS', '0-127'].startswith('50.0 [50.0, 50.0]') and agr.loc['DARTS', '256-383'].startswith('75.0')
+    assert rho.loc['DARTS', '0-127'].startswith('50.0 [50.0, 50.0]')
+    assert agr.loc['DARTS', '256-383'].startswith('75.0')
     df = pd.DataFrame(
         {
             'domain': 'math',
@@ -199,8 +206,6 @@ def test_position_and_placement_tables():
         }
     )
     t = placement_table(df)
-    assert (
-        list(t.index) == ['0-127', '256-383']
-        and t.loc['256-383', 'ratio'] == pytest.approx(2.0)
-        and t.loc['0-127', 'items'] == 2
-    )
+    assert list(t.index) == ['0-127', '256-383']
+    assert t.loc['256-383', 'ratio'] == pytest.approx(2.0)
+    assert t.loc['0-127', 'items'] == 2

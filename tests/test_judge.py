@@ -81,16 +81,21 @@ def test_each_answer_format_gives_the_known_win_rate_and_a_second_judging_asks_n
         again, _ = judged(outs, config, ref, judge.env())
     assert res['items'] == pytest.approx(items)
     assert [r['metric'] for r in res['rows']] == ['win_rate']  # no GLM data in the hub cache: no LC win rate
-    assert res['rows'][0]['value'] == pytest.approx(sum(items.values()) / N) and res['rows'][0]['n'] == N
+    assert res['rows'][0]['value'] == pytest.approx(sum(items.values()) / N)
+    assert res['rows'][0]['n'] == N
     assert any('length-controlled win rate not computed' in m for m in w), w
     assert asked == N - 1, judge.requests  # one request per pair, none for the tie
-    assert {r['model'] for r in judge.requests} == {model} and judge.leaks == []
-    assert len(judge.requests) == asked and again == res  # the second judging read alpaca_eval's cache
+    assert {r['model'] for r in judge.requests} == {model}
+    assert judge.leaks == []
+    assert len(judge.requests) == asked
+    assert again == res  # the second judging read alpaca_eval's cache
     folder = judge_dir(outs, config)
     annotations = json.loads((folder / 'annotations.json').read_text())
-    assert len(annotations) == N and (folder / 'leaderboard.csv').read_text().count('\n') == 2
+    assert len(annotations) == N
+    assert (folder / 'leaderboard.csv').read_text().count('\n') == 2
     cached = json.loads((folder / 'cached_annotations.json').read_text())
-    assert len(cached) == N and all(1 <= c['preference'] <= 2 for c in cached)
+    assert len(cached) == N
+    assert all(1 <= c['preference'] <= 2 for c in cached)
     assert not [p for p in folder.parent.parent.rglob('.*tmp-*')]  # no working copy left behind
 
 
@@ -102,7 +107,8 @@ def test_only_new_pairs_are_asked(files, tmp_path):
         assert len(judge.requests) == 2  # three pairs, one of them a tie
         write_json(outs, OUTS)
         res, _ = judged(outs, 'alpaca_eval_gpt4', ref, judge.env())
-    assert len(judge.requests) == 2 + 3 and res['items'] == pytest.approx(expected_items(100.0))
+    assert len(judge.requests) == 2 + 3
+    assert res['items'] == pytest.approx(expected_items(100.0))
 
 
 FAILURES = {  # case -> (stand-in mode, closed before judging, OPENAI_BASE_URL kept, what the message says)
@@ -128,20 +134,25 @@ def test_a_failing_judge_is_a_clear_error_and_leaves_no_score(files, case):
     finally:
         if not closed:
             judge.close()
-    assert msg.startswith("AlpacaEval judge 'alpaca_eval_gpt4'") and says in msg, msg
+    assert msg.startswith("AlpacaEval judge 'alpaca_eval_gpt4'"), msg
+    assert says in msg, msg
     assert f'at {env.get("OPENAI_BASE_URL", "https://api.openai.com/v1")};' in msg, msg
-    assert 'nothing recorded as a score' in msg and str(outs) in msg, msg
+    assert 'nothing recorded as a score' in msg, msg
+    assert str(outs) in msg, msg
     if mode == 'garbage':
         assert '5 of 6 answers could not be read as a preference (' in msg, msg  # and one of them:
         assert 'I would rather not say which one is better.' in msg, msg
     if case == 'endpoint down':
-        assert 'Connection refused' in msg and judge.requests == [], msg
+        assert 'Connection refused' in msg, msg
+        assert judge.requests == [], msg
     if case == 'HTTP 500':
-        assert len(judge.requests) >= 3 and {r['mode'] for r in judge.requests} == {'error'}  # the client retried
+        assert len(judge.requests) >= 3
+        assert {r['mode'] for r in judge.requests} == {'error'}  # the client retried
     if base_url:
         assert judge.leaks == []
     else:
-        assert judge.leaks and all(x.startswith('CONNECT api.openai.com:443') for x in judge.leaks), judge.leaks
+        assert judge.leaks, judge.leaks
+        assert all(x.startswith('CONNECT api.openai.com:443') for x in judge.leaks), judge.leaks
     # nothing that looks like a result: no annotations, no leaderboard, no judgment of the judge's in the cache
     # (an answer that failed or could not be read is asked again); a judging that got answers keeps the tie,
     # alpaca_eval's own judgment (never asked)
@@ -153,7 +164,8 @@ def test_a_failing_judge_is_a_clear_error_and_leaves_no_score(files, case):
         assert [(c['instruction'], c['preference']) for c in cached] == [('Describe place 2.', 1.5)], cached
     with StandInJudge() as good:
         res, _ = judged(outs, 'alpaca_eval_gpt4', ref, good.env())
-    assert len(good.requests) == N - 1 and res['items'] == pytest.approx(expected_items(100.0))
+    assert len(good.requests) == N - 1
+    assert res['items'] == pytest.approx(expected_items(100.0))
 
 
 def test_length_controlled_win_rate_from_the_glm_data_in_the_hub_cache(files, tmp_path):
@@ -163,9 +175,12 @@ def test_length_controlled_win_rate_from_the_glm_data_in_the_hub_cache(files, tm
         res, w = judged(outs, 'weighted_alpaca_eval_gpt4_turbo', ref, judge.env())
     assert [r['metric'] for r in res['rows']] == ['win_rate', 'lc_win_rate'], res['rows']
     lc = res['rows'][1]
-    assert 0 < lc['value'] < 100 and lc['stderr'] > 0 and lc['n'] == N, lc
+    assert 0 < lc['value'] < 100, lc
+    assert lc['stderr'] > 0, lc
+    assert lc['n'] == N, lc
     assert lc['value'] != pytest.approx(res['rows'][0]['value'])  # the GLM's own estimate, not the raw win rate
-    assert not [m for m in w if 'length-controlled' in m] and judge.leaks == [], w  # read from the cache, offline
+    assert not [m for m in w if 'length-controlled' in m], w
+    assert judge.leaks == [], w  # read from the cache, offline
 
 
 def test_bad_judge_settings_are_refused_before_any_request(files, tmp_path):
@@ -182,10 +197,13 @@ def test_bad_judge_settings_are_refused_before_any_request(files, tmp_path):
     doubled = write_json(tmp_path / 'doubled.json', REF + REF[:1])
     with StandInJudge() as judge:
         msg = error_of(outs, 'alpaca_eval_gpt4', short, judge.env())
-        assert "hold 2 of the 6 instructions of" in msg and "'Describe place 4.', 0 times" in msg, msg
+        assert "hold 2 of the 6 instructions of" in msg, msg
+        assert "'Describe place 4.', 0 times" in msg, msg
         msg = error_of(outs, 'alpaca_eval_gpt4', doubled, judge.env())
-        assert "hold 1 of the 6 instructions" in msg and "'Describe place 0.', 2 times" in msg, msg
-    assert judge.requests == [] and not judge_dir(outs, 'alpaca_eval_gpt4').exists()
+        assert "hold 1 of the 6 instructions" in msg, msg
+        assert "'Describe place 0.', 2 times" in msg, msg
+    assert judge.requests == []
+    assert not judge_dir(outs, 'alpaca_eval_gpt4').exists()
 
 
 def test_a_judge_config_of_ones_own(files, tmp_path):
@@ -206,16 +224,11 @@ def test_a_judge_config_of_ones_own(files, tmp_path):
     )
     with StandInJudge() as judge:
         res, _ = judged(outs, str(cfg), ref, judge.env())
-    assert {r['model'] for r in judge.requests} == {'gpt-4.1'} and len(judge.requests) == N - 1
+    assert {r['model'] for r in judge.requests} == {'gpt-4.1'}
+    assert len(judge.requests) == N - 1
     assert res['items'] == pytest.approx(expected_items(100.0))
-    assert (judge_dir(outs, str(cfg)) / 'annotations.json').exists() and judge_dir(outs, str(cfg)).name == 'gpt41_judge'
-
-
-@pytest.fixture(scope='module')
-def code_model():
-    from darts_nb.zoo import build_zoo, load_model
-
-    return load_model(build_zoo('ci')['code'])
+    assert (judge_dir(outs, str(cfg)) / 'annotations.json').exists()
+    assert judge_dir(outs, str(cfg)).name == 'gpt41_judge'
 
 
 def test_evaluate_model_records_the_judged_win_rate_and_its_items(tmp_path, monkeypatch, code_model):
@@ -239,12 +252,15 @@ def test_evaluate_model_records_the_judged_win_rate_and_its_items(tmp_path, monk
         else 100.0 * (stand_in_preference(ref[o['instruction']], o['output']) == 2)
         for o in outs
     ]
-    assert df.metric.tolist() == ['win_rate'] and df.n.tolist() == [3], df  # no 'generated' count beside a score
+    assert df.metric.tolist() == ['win_rate'], df
+    assert df.n.tolist() == [3], df  # no 'generated' count beside a score
     assert df.value.iloc[0] == pytest.approx(sum(scores) / 3)
     its = df.attrs['items']
-    assert its.metric.tolist() == ['win_rate'] * 3 and its.item.str.startswith('alpacaeval').all(), its
+    assert its.metric.tolist() == ['win_rate'] * 3, its
+    assert its.item.str.startswith('alpacaeval').all(), its
     assert its.value.mean() == pytest.approx(df.value.iloc[0])  # the items' mean is the win rate
-    assert len(judge.requests) == sum(s != 50.0 for s in scores) and judge.leaks == []
+    assert len(judge.requests) == sum(s != 50.0 for s in scores)
+    assert judge.leaks == []
     assert Path(df.attrs['alpaca_eval_annotations']).exists()
     down = StandInJudge()
     down.close()

@@ -99,13 +99,18 @@ def runs(tmp_path_factory, expert):
 def test_the_tasks_run_under_lm_evals_own_command_line(runs):
     "The shipped YAMLs need no data file beside them (custom_dataset builds the split)."
     out = runs['plain']
-    assert 0 <= out['em'] <= 1 and len(out['answers']) == LIMIT
+    assert 0 <= out['em'] <= 1
+    assert len(out['answers']) == LIMIT
 
 
 def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_applied(runs, expert):
     assert runs['zero'] == runs['plain']  # the darts model with a zero module: lm-eval's own hf model's answers
     fixed, plain = runs['fixed'], runs['plain']
-    assert fixed['answers'] != plain['answers'] and fixed['em'] != plain['em'], (
+    assert fixed['answers'] != plain['answers'], (
+        fixed['em'],
+        plain['em'],
+    )
+    assert fixed['em'] != plain['em'], (
         fixed['em'],
         plain['em'],
     )  # the correction reached the score
@@ -148,7 +153,8 @@ def test_a_missing_checkpoint_is_one_line_through_both_entry_points(capsys):
     ):
         code = call()
         err = capsys.readouterr().err
-        assert code == 2 and err.strip() == f'{prog}: {says}', err[-1000:]
+        assert code == 2, err[-1000:]
+        assert err.strip() == f'{prog}: {says}', err[-1000:]
 
 
 def bad_modules(tmp: Path) -> dict:
@@ -180,7 +186,10 @@ def test_a_bad_module_folder_is_refused_before_the_checkpoint_loads(expert, tmp_
         args = f'pretrained={expert},surgery={folder}'
         code = main(['run', '--model', 'darts', '--model_args', args, '--tasks', 'darts_math', '--limit', '1'])
         err = capsys.readouterr().err
-        assert code == 2 and str(folder) in err and says in err and 'Traceback' not in err, err[-1000:]
+        assert code == 2, err[-1000:]
+        assert str(folder) in err, err[-1000:]
+        assert says in err, err[-1000:]
+        assert 'Traceback' not in err, err[-1000:]
         assert err.count('\n') == 1, err
         with pytest.raises((ValueError, FileNotFoundError), match=says):
             DartsLM(pretrained=str(expert), surgery=str(folder))  # from Python (or an lm-eval config file) too

@@ -138,7 +138,8 @@ def test_interrupted_merge_leaves_nothing_finished(models, tmp_path, monkeypatch
     cfgs = {'ta-0.5': ta_config(models['base'], experts(models), 0.5)}
     with pytest.raises(KeyboardInterrupt):
         run_merges(cfgs, out, device='cpu', progress=False)
-    assert not (out / 'ta-0.5').exists() and not is_finished(out / 'ta-0.5')
+    assert not (out / 'ta-0.5').exists()
+    assert not is_finished(out / 'ta-0.5')
     assert not list(out.glob('.ta-0.5.tmp-*'))
     # a killed process (SIGKILL: no cleanup) leaves a hidden temp dir and its lease; it never looks finished and is
     # swept, while another node's merge in progress (a pid unknown here, a recent heartbeat) is left alone
@@ -152,13 +153,12 @@ def test_interrupted_merge_leaves_nothing_finished(models, tmp_path, monkeypatch
         write_json(lease_path(t), dict(host=host, pid=pid, started=time.time(), heartbeat=time.time()))
     monkeypatch.setattr(merge, '_merge_one', real)
     res = run_merges(cfgs, out, device='cpu', progress=False)
-    assert (
-        list(res.status) == ['done']
-        and is_finished(out / 'ta-0.5')
-        and not stale.exists()
-        and not lease_path(stale).exists()
-    )
-    assert busy.exists() and lease_path(busy).exists()
+    assert list(res.status) == ['done']
+    assert is_finished(out / 'ta-0.5')
+    assert not stale.exists()
+    assert not lease_path(stale).exists()
+    assert busy.exists()
+    assert lease_path(busy).exists()
     assert not list(out.glob('.ta-0.5.tmp-*'))  # the finished merge's own lease went with it
 
 
@@ -177,7 +177,8 @@ def test_failure_recorded_and_sweep_goes_on(models, tmp_path, monkeypatch):
         'ta-0.5': ta_config(models['base'], experts(models), 0.5),
     }
     res = run_merges(cfgs, out, device='cpu', progress=False)
-    assert list(res.status) == ['failed', 'done'] and 'boom' in res.error[0]
+    assert list(res.status) == ['failed', 'done']
+    assert 'boom' in res.error[0]
     assert not (out / 'ties-w0.5-d0.3').exists()
     assert 'boom' in json.loads((out / '_failures.json').read_text())['ties-w0.5-d0.3']['error']
     monkeypatch.setattr(merge, '_merge_one', real)  # re-run: the failure is retried, the finished one skipped
@@ -190,7 +191,8 @@ def test_foreign_dir_is_not_skipped(models, tmp_path):
     out = tmp_path / 'out'
     (out / 'ta-0.5').mkdir(parents=True)
     res = run_merges({'ta-0.5': ta_config(models['base'], experts(models), 0.5)}, out, device='cpu', progress=False)
-    assert list(res.status) == ['failed'] and 'not a finished merge' in res.error[0]
+    assert list(res.status) == ['failed']
+    assert 'not a finished merge' in res.error[0]
 
 
 def test_changed_config_is_not_skipped(models, tmp_path):
@@ -198,7 +200,8 @@ def test_changed_config_is_not_skipped(models, tmp_path):
     e = experts(models)
     run_merges({'m': ta_config(models['base'], e, 0.5)}, out, device='cpu', progress=False)
     res = run_merges({'m': ta_config(models['base'], e, 0.7)}, out, device='cpu', progress=False)
-    assert list(res.status) == ['failed'] and 'not a finished merge of this configuration' in res.error[0]
+    assert list(res.status) == ['failed']
+    assert 'not a finished merge of this configuration' in res.error[0]
 
 
 def test_dare_reproducible(models, tmp_path):
@@ -215,7 +218,8 @@ def test_dare_reproducible(models, tmp_path):
 
 def test_grid_and_helpers(models):
     g = sweep_configs(models['base'], experts(models))
-    assert len(g) >= 124 and 'ta-0.5' in quick_configs(models['base'], experts(models))
+    assert len(g) >= 124
+    assert 'ta-0.5' in quick_configs(models['base'], experts(models))
     with pytest.raises(ValueError, match='not in the sweep grid'):
         quick_configs(models['base'], experts(models), names=('ta-0.55',))
     with pytest.raises(ValueError, match='experts is empty'):

@@ -35,14 +35,15 @@ def test_run_without_the_models_names_them_and_fetch(tmp_path):
     for repo in PAPER_IDS:
         assert repo in r.stderr, (repo, r.stderr)
     assert 'darts fetch --profile llama2-7b' in r.stderr
-    assert (
-        not (tmp_path / 'meta-llama').exists() and not (tmp_path / 'home' / 'runs').exists()
-    )  # nothing joined to the cwd, no run made
+    assert not (tmp_path / 'meta-llama').exists()
+    assert not (tmp_path / 'home' / 'runs').exists()  # nothing joined to the cwd, no run made
 
 
 def test_merge_without_the_models_does_not_take_an_id_for_a_path(tmp_path):
     r, _ = darts('merge', '--profile', 'llama2-7b', '--quick', tmp=tmp_path)
-    assert r.returncode == 2 and 'darts fetch' in r.stderr and 'does not exist' not in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert 'darts fetch' in r.stderr, r.stderr
+    assert 'does not exist' not in r.stderr, r.stderr
 
 
 def test_a_yaml_profile_of_hub_ids_is_resolved_the_same_way(tmp_path):
@@ -50,18 +51,22 @@ def test_a_yaml_profile_of_hub_ids_is_resolved_the_same_way(tmp_path):
         'base: org/base-model\nexperts:\n  code: org/code-model\n  math: ./local/math\n  instruct: org/chat\n'
     )
     r, _ = darts('run', '--profile', str(tmp_path / 'p.yaml'), '--quick', tmp=tmp_path)
-    assert r.returncode == 2 and 'math: model path' in r.stderr and 'does not exist' in r.stderr, (
-        r.stderr
-    )  # a path stays a path
+    assert r.returncode == 2, r.stderr
+    assert 'math: model path' in r.stderr, r.stderr
+    assert 'does not exist' in r.stderr, r.stderr  # a path stays a path
 
 
 def test_fetch_offline_says_why(tmp_path):
     r, _ = darts('fetch', '--profile', 'llama2-7b', '--dry-run', tmp=tmp_path)
-    assert r.returncode == 2 and 'HF_HUB_OFFLINE=1' in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert 'HF_HUB_OFFLINE=1' in r.stderr, r.stderr
     r, _ = darts('fetch', '--profile', 'toy', tmp=tmp_path)
-    assert r.returncode == 2 and 'nothing to fetch' in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert 'nothing to fetch' in r.stderr, r.stderr
 
 
 def test_bad_batch_size_is_named(tmp_path):
     r, _ = darts('run', '--batch-size', 'big', tmp=tmp_path)
-    assert r.returncode == 2 and "--batch-size" in r.stderr and "'auto'" in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert "--batch-size" in r.stderr, r.stderr
+    assert "'auto'" in r.stderr, r.stderr

@@ -119,7 +119,8 @@ def _check_same(name: str, shared: Path, reference) -> None:
     run = open_run(name)
     for t in TABLES:
         a, b = tables[t.__name__], t(run)
-        assert len(a) and a.equals(b), (t.__name__, a, b)
+        assert len(a), (t.__name__, a, b)
+        assert a.equals(b), (t.__name__, a, b)
     assert len(load_results(run.dir)) == n
     assert _duplicates(run.dir / 'results.sqlite') == []
     assert not (run.dir / 'failed_jobs.json').exists()  # no job failed for good
@@ -168,7 +169,8 @@ def test_driver_killed_and_restarted(executor, reference, request, tmp_path):
     assert 0 < n < reference[1], n  # some rows, not all
     if executor == 'local':
         # the killed driver's worker processes end with it (they would compute and hold memory for nothing)
-        assert kids and _gone(kids) == [], kids
+        assert kids, kids
+        assert _gone(kids) == [], kids
     _finish(_driver(name, shared, log, *flags), log)
     _check_same(name, shared, reference)
 
@@ -228,4 +230,5 @@ def test_local_ray_beside_a_cluster(cluster):
     "A local Ray instance started while another cluster runs on this machine is a new one, not that cluster."
     env = {k: v for k, v in os.environ.items() if k != CLUSTER_CHECK}
     out = subprocess.run([sys.executable, '-c', LOCAL_START], env=env, capture_output=True, text=True, timeout=RUN_S)
-    assert out.returncode == 0 and 'nodes 1' in out.stdout, out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert 'nodes 1' in out.stdout, out.stderr[-3000:]

@@ -101,7 +101,8 @@ HOSTILE = {
 def test_hostile(name):
     r = run_code(HOSTILE[name], timeout=T)
     check_contained(r)
-    assert len(r.stdout) < 20_000 and len(r.stderr) < 20_000
+    assert len(r.stdout) < 20_000
+    assert len(r.stderr) < 20_000
     assert not Path(f'/work/main/darts_pwned_{TAG}').exists()
 
 
@@ -129,7 +130,8 @@ TESTS = 'assert abs(inc(-3)) == 2\nEXPECTED = 2\nassert inc(1) == EXPECTED\nasse
 
 def test_tests_pass_for_the_right_program():
     r = run_code('def inc(x): return x + 1\n', tests=TESTS, timeout=T)
-    assert r.passed and r.status == 'passed', r
+    assert r.passed, r
+    assert r.status == 'passed', r
 
 
 @pytest.mark.parametrize('name', list(FORGERIES))
@@ -142,7 +144,9 @@ def test_forgery_does_not_pass(name):
 
 def test_timeout_status():
     r = run_code('while True: pass', timeout=1)
-    assert r.status == 'timeout' and r.returncode is None and 1 <= r.seconds < 1 + SLACK
+    assert r.status == 'timeout'
+    assert r.returncode is None
+    assert 1 <= r.seconds < 1 + SLACK
 
 
 def layers():
@@ -167,7 +171,8 @@ def test_no_write_outside_workdir(where):
     )
     assert not target.exists(), f'{target} was written'
     inside = '' if where == '/tmp' else None  # the run's own /tmp is its scratch directory: writable, gone afterwards
-    assert r.status == 'exited' and r.stdout.strip() in ('PermissionError', 'FileNotFoundError', 'OSError', inside), r
+    assert r.status == 'exited', r
+    assert r.stdout.strip() in ('PermissionError', 'FileNotFoundError', 'OSError', inside), r
     r = run_code(f"open({str(target)!r}, 'w').write('x')", timeout=T)
     if inside is None:
         check_contained(r)
@@ -303,7 +308,11 @@ def test_shared_memory_does_not_outlive_the_run():
 
     before = segments()
     r = run_code(SHM, timeout=T)
-    assert 'ipcns' in r.sandbox and all(int(i) >= 0 for i in r.stdout.strip().strip('[]').split(',')), (
+    assert 'ipcns' in r.sandbox, (
+        r.sandbox,
+        r.stdout,
+    )
+    assert all(int(i) >= 0 for i in r.stdout.strip().strip('[]').split(',')), (
         r.sandbox,
         r.stdout,
     )  # they were made
@@ -408,7 +417,8 @@ def test_reads_are_limited_to_the_interpreter(where):
         shutil.rmtree(d)
     check_contained(r)
     assert r.stdout.split('\n')[0] == 'False', r  # not even its name is visible
-    assert 'secret-' not in r.stdout + r.stderr and '[project]' not in r.stdout + r.stderr
+    assert 'secret-' not in r.stdout + r.stderr
+    assert '[project]' not in r.stdout + r.stderr
 
 
 def test_refuses_without_a_required_layer(monkeypatch):
@@ -423,7 +433,9 @@ def test_refuses_without_a_required_layer(monkeypatch):
     with pytest.raises(SandboxUnavailable):
         check_completion(prob, '    return 1\n', timeout=T)
     r = run_code('x = 1', tests='assert x == 1', timeout=T, allow_unsafe=True)
-    assert r.passed and 'netns' not in r.sandbox and 'mntns' in r.sandbox, r.sandbox
+    assert r.passed, r.sandbox
+    assert 'netns' not in r.sandbox, r.sandbox
+    assert 'mntns' in r.sandbox, r.sandbox
     monkeypatch.setenv('DARTS_ALLOW_UNSAFE_CODE', '1')
     assert check_completion(prob, '    return 1\n', timeout=T).passed
 
@@ -491,11 +503,12 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
     import json
 
     out = json.loads(p.stdout)
-    assert out['ok'] and {'userns', 'netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'nproc'} <= set(
-        out['layers']
-    ), out
-    assert out['daemon'] == 'exited' and procs_with(f'sleep {marker}') == []
-    assert out['read'][0] != 'exited' and 'secret-' not in out['read'][1], out['read']
+    assert out['ok'], out
+    assert {'userns', 'netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'nproc'} <= set(out['layers']), out
+    assert out['daemon'] == 'exited'
+    assert procs_with(f'sleep {marker}') == []
+    assert out['read'][0] != 'exited', out['read']
+    assert 'secret-' not in out['read'][1], out['read']
     assert int(out['forks']) < 8, out['forks']
 
 
@@ -523,14 +536,16 @@ def test_the_programs_main_block_runs_as_with_python_program_py(main, passed, de
     r = run_code(
         'def inc(x): return x + 1\n\n\nif __name__ == "__main__":\n' + main, tests='assert inc(1) == 2', timeout=T
     )
-    assert r.passed is passed and detail in r.detail, r
+    assert r.passed is passed, r
+    assert detail in r.detail, r
 
 
 @pytest.mark.parametrize('code', [0, 1, None])
 def test_sys_exit_in_the_tests_is_a_verdict(code):
     "A `sys.exit` in trusted tests is a failed verdict, never a SystemExit in the caller (it would end an eval run)."
     r = run_code('def inc(x): return x + 1\n', tests=f'import sys\nassert inc(1) == 2\nsys.exit({code})', timeout=T)
-    assert (r.passed, r.status) == (False, 'failed') and 'sys.exit' in r.detail, r
+    assert (r.passed, r.status) == (False, 'failed'), r
+    assert 'sys.exit' in r.detail, r
 
 
 BAD_LIMITS = [

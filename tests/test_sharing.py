@@ -55,9 +55,8 @@ def test_from_pretrained_reads_a_folder_or_a_hub_repo(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
     back = SurgeryModule.from_pretrained('org/darts-math', revision='v1', expect_hidden=32)
-    assert torch.equal(back.b, m.b) and asked == dict(
-        repo_id='org/darts-math', revision='v1', patterns=[CONFIG, WEIGHTS, CARD]
-    )
+    assert torch.equal(back.b, m.b)
+    assert asked == dict(repo_id='org/darts-math', revision='v1', patterns=[CONFIG, WEIGHTS, CARD])
     with pytest.raises(ValueError, match='hidden size is 64'):
         SurgeryModule.from_pretrained(p, expect_hidden=64)
 
@@ -82,8 +81,10 @@ def test_push_to_hub_uploads_config_weights_and_card(tmp_path):
     m.meta = {'domain': 'math', 'seed': 1}
     api = FakeApi()
     url = m.push_to_hub('org/darts-math', private=True, api=api, merged_model='org/merged-ta')
-    assert url.endswith('/commit/abc') and api.calls[0] == ('create_repo', 'org/darts-math', True, True)
-    assert sorted(api.files) == sorted([CONFIG, WEIGHTS, CARD]) and b'org/merged-ta' in api.files[CARD]
+    assert url.endswith('/commit/abc')
+    assert api.calls[0] == ('create_repo', 'org/darts-math', True, True)
+    assert sorted(api.files) == sorted([CONFIG, WEIGHTS, CARD])
+    assert b'org/merged-ta' in api.files[CARD]
     (tmp_path / 'back').mkdir()
     for n, b in api.files.items():
         (tmp_path / 'back' / n).write_bytes(b)
@@ -224,7 +225,8 @@ def test_an_export_loads_with_transformers_alone_in_a_fresh_process(base, tmp_pa
     )
     assert r.returncode == 0, r.stderr[-3000:]
     got = torch.load(tmp_path / 'got.pt')
-    assert got['asked'] == [] and got['loaded'] == [], (got['asked'], got['loaded'])  # nothing even tried darts_nb
+    assert got['asked'] == [], (got['asked'], got['loaded'])
+    assert got['loaded'] == [], (got['asked'], got['loaded'])  # nothing even tried darts_nb
     for key, kind in (('position', 'position'), ('standard', 'standard'), ('hub', 'position'), ('again', 'position')):
         assert (got[key]['cls'], got[key]['kind']) == ('DartsForCausalLM', kind), key
         assert torch.equal(got[key]['logits'], want[kind]['logits']), key
@@ -251,7 +253,8 @@ def test_the_modelling_file_is_the_packages_own_code_and_needs_torch_and_transfo
     assert tops - set(sys.stdlib_module_names) == {'torch', 'transformers'}, tops
     mods = [importlib.import_module(f'darts_nb.{m}') for m in ('core', 'surgery', 'hooks', 'surgery_files', 'deploy')]
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-    assert defs[-1].name == 'DartsForCausalLM' and len(defs) > 20
+    assert defs[-1].name == 'DartsForCausalLM'
+    assert len(defs) > 20
     for n in defs[:-1]:
         owners = [m for m in mods if n.name in vars(m)]
         assert owners, f'{n.name}: defined in the modelling file, not in darts_nb'
@@ -290,12 +293,14 @@ def test_a_field_cannot_add_to_the_cards_header(field, value):
     cfg = {**trained().config(), 'merged_model': 'org/m', 'domain': 'math', 'scores': {'em|x': 'a\nb'}, field: value}
     card = surgery_card(cfg)
     head = front_matter(card)
-    assert sorted(head) == ['base_model', 'library_name', 'tags'] and head['base_model'] == cfg['merged_model']
+    assert sorted(head) == ['base_model', 'library_name', 'tags']
+    assert head['base_model'] == cfg['merged_model']
     body = card.split('\n---\n', 1)[1]
     assert [ln for ln in body.splitlines() if ln.startswith('#')] == [body.splitlines()[0]]  # one heading
     assert '| em\\|x | a\\nb |' in body  # one table row
     exported = front_matter(corrected_card(cfg, 'LlamaForCausalLM'))
-    assert sorted(exported) == ['base_model', 'library_name', 'tags'] and exported['base_model'] == cfg['merged_model']
+    assert sorted(exported) == ['base_model', 'library_name', 'tags']
+    assert exported['base_model'] == cfg['merged_model']
 
 
 def test_a_newline_in_a_saved_config_is_not_republished(tmp_path):
@@ -313,7 +318,8 @@ def test_a_newline_in_a_saved_config_is_not_republished(tmp_path):
         m.push_to_hub('org/darts-math', api=api)
     assert api.calls == []  # nothing uploaded, not even a repo created
     url = m.push_to_hub('org/darts-math', api=api, domain='math')  # the field given again, on one line
-    assert url.endswith('/commit/abc') and sorted(front_matter(api.files[CARD].decode())) == [
+    assert url.endswith('/commit/abc')
+    assert sorted(front_matter(api.files[CARD].decode())) == [
         'base_model',
         'library_name',
         'tags',

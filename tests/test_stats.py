@@ -64,9 +64,11 @@ def test_store_end_to_end(tmp_path):
     rows.append(dict(role='merged', seed=0, domain='math', metric='score', value=1.0))
     record(tmp_path / 'run', rows[-1:])
     df = scores_frame(load_results(tmp_path / 'run'), method='surgery_kind', roles=['surgered'])
-    assert sorted(set(df.method)) == ['darts', 'standard'] and len(df) == len(GOOD)
+    assert sorted(set(df.method)) == ['darts', 'standard']
+    assert len(df) == len(GOOD)
     c = compare_methods(df, 'darts', 'standard')
-    assert c.mean_diff[0] == pytest.approx(2.0, abs=1.5) and c.p_greater[0] < 0.05
+    assert c.mean_diff[0] == pytest.approx(2.0, abs=1.5)
+    assert c.p_greater[0] < 0.05
     assert (paired_tests(df, 'darts', 'standard').mean_diff > 0).all()
     me = mixed_effects(df, b='standard').set_index('term')
     assert me.loc['method[darts]', 'p'] < 0.01
@@ -76,14 +78,14 @@ def test_table4_reproduces():
     t4 = paper_table('table4')
     df = pd.concat([long_frame(t4[['seed', c]], c) for c in ('DARTS', 'Standard + L1')])
     c = compare_methods(df, 'DARTS', 'Standard + L1')
-    assert c.test[0] == 'mannwhitneyu' and c.statistic[0] == 36.0 and round(c.p_two_sided[0], 3) == 0.002
+    assert c.test[0] == 'mannwhitneyu'
+    assert c.statistic[0] == 36.0
+    assert round(c.p_two_sided[0], 3) == 0.002
     # swapping the roles flips U and the one-sided p-values, not the two-sided one
     s = compare_methods(df, 'Standard + L1', 'DARTS')
-    assert (
-        s.statistic[0] == 0.0
-        and s.p_two_sided[0] == pytest.approx(c.p_two_sided[0])
-        and s.p_less[0] == pytest.approx(c.p_greater[0])
-    )
+    assert s.statistic[0] == 0.0
+    assert s.p_two_sided[0] == pytest.approx(c.p_two_sided[0])
+    assert s.p_less[0] == pytest.approx(c.p_greater[0])
 
 
 def test_ttest_branch_when_normal():
@@ -92,7 +94,9 @@ def test_ttest_branch_when_normal():
         [dict(method=m, seed=s, task='t', score=rng.normal(5 if m == 'a' else 0, 1)) for m in 'ab' for s in range(20)]
     )
     c = compare_methods(df, 'a', 'b')
-    assert c.test[0] == 'ttest_welch' and c.p_greater[0] < 1e-6 and c.df[0] > 0
+    assert c.test[0] == 'ttest_welch'
+    assert c.p_greater[0] < 1e-6
+    assert c.df[0] > 0
     assert compare_methods(df, 'a', 'b', equal_var=True).test[0] == 'ttest_student'
 
 
@@ -100,4 +104,5 @@ def test_mixed_effects_labels_with_regex_characters():
     "Method labels such as 'Standard + L1' (a '+') still give readable term names."
     df = simulate_scores(1.0).replace({'method': {'a': 'DARTS', 'b': 'Standard + L1'}})
     me = mixed_effects(df, b='Standard + L1').set_index('term')
-    assert 'method[DARTS]' in me.index and me.loc['method[DARTS]', 'coef'] > 0
+    assert 'method[DARTS]' in me.index
+    assert me.loc['method[DARTS]', 'coef'] > 0

@@ -15,7 +15,8 @@ def test_roundtrip_columns(tmp_path):
     assert list(df.columns) == list(RESULT_COLUMNS)
     row = df.iloc[0]
     assert (row['run'], row['rank'], row['lr'], row['iters'], row['role'], row['n']) == ('r', 8, 1e-3, -1, '', 10)
-    assert row['timestamp'] and row['version']
+    assert row['timestamp']
+    assert row['version']
 
 
 def test_idempotent_rerun_replaces(tmp_path):
@@ -23,12 +24,14 @@ def test_idempotent_rerun_replaces(tmp_path):
     for v in (0.1, 0.2, 0.3):
         record(tmp_path, [dict(domain=d, metric='score', value=v, n=5) for d in ('code', 'math')], **base)
     df = load_results(tmp_path)
-    assert len(df) == 2 and set(df['value']) == {0.3}
+    assert len(df) == 2
+    assert set(df['value']) == {0.3}
     # None and a missing field map to the same sentinel, so they are the same key
     record(tmp_path, domain='x', metric='m', value=1.0, rank=None)
     record(tmp_path, domain='x', metric='m', value=2.0)
     df = load_results(tmp_path)
-    assert len(df) == 3 and df.loc[df.domain == 'x', 'value'].tolist() == [2.0]
+    assert len(df) == 3
+    assert df.loc[df.domain == 'x', 'value'].tolist() == [2.0]
     # a different seed is a different configuration
     record(tmp_path, domain='x', metric='m', value=3.0, seed=7)
     assert len(load_results(tmp_path)) == 4
@@ -95,7 +98,8 @@ def test_killed_writer_leaves_previous_state(tmp_path):
     rc = subprocess.run([sys.executable, '-c', code]).returncode
     assert rc == 9
     df = load_results(tmp_path)
-    assert df['value'].tolist() == [1.0] and df['domain'].tolist() == ['a']
+    assert df['value'].tolist() == [1.0]
+    assert df['domain'].tolist() == ['a']
     record(tmp_path, domain='a', metric='m', value=2.0)  # and the store is still writable
     assert load_results(tmp_path)['value'].tolist() == [2.0]
 
@@ -108,4 +112,5 @@ def test_concurrent_writers(tmp_path):
     ps = [subprocess.Popen([sys.executable, '-c', code, str(tmp_path), d]) for d in ('a', 'b')]
     assert [p.wait() for p in ps] == [0, 0]
     df = load_results(tmp_path)
-    assert len(df) == 40 and df.groupby('domain').size().tolist() == [20, 20]
+    assert len(df) == 40
+    assert df.groupby('domain').size().tolist() == [20, 20]

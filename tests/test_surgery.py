@@ -45,10 +45,13 @@ def test_init_identity_and_config(cls):
     h = torch.randn(2, 4, 8)
     with torch.no_grad():
         assert torch.equal(m(h, torch.arange(4).expand(2, 4)), h)
-    assert m.config()['kind'] == cls.kind and m.config()['hidden_size'] == 8 and m.config()['rank'] == 2
+    assert m.config()['kind'] == cls.kind
+    assert m.config()['hidden_size'] == 8
+    assert m.config()['rank'] == 2
     assert torch.count_nonzero(m.up.weight) == 0
     bound = 1 / math.sqrt(8)  # kaiming_uniform(a=sqrt(5)) bound for fan_in=8
-    assert m.down.weight.abs().max() <= bound and m.down.weight.abs().max() > 0
+    assert m.down.weight.abs().max() <= bound
+    assert m.down.weight.abs().max() > 0
 
 
 @pytest.mark.parametrize('cls', ALL)
@@ -96,10 +99,14 @@ def test_save_load_roundtrip(cls, tmp_path):
     m = randomise(make(cls))
     p = save_surgery(m, tmp_path / 's', domain='math', loss='l1', seed=7, merged_model='/x')
     back = load_surgery(p, expect_hidden=8)
-    assert type(back) is cls and back.config() == m.config()
+    assert type(back) is cls
+    assert back.config() == m.config()
     for (k, v), (k2, v2) in zip(m.state_dict().items(), back.state_dict().items()):
-        assert k == k2 and torch.equal(v, v2)
-    assert back.meta['domain'] == 'math' and back.meta['seed'] == 7 and 'version' in back.meta
+        assert k == k2
+        assert torch.equal(v, v2)
+    assert back.meta['domain'] == 'math'
+    assert back.meta['seed'] == 7
+    assert 'version' in back.meta
     h, pos = torch.randn(2, 5, 8), torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(back(h, pos), m(h, pos))
@@ -147,11 +154,16 @@ def test_attach_errors_and_replace():
         only_b = model(ids).logits
         attach_surgery(model, a)
         attach_surgery(model, b)
-        assert surgery_of(model) is b and torch.equal(model(ids).logits, only_b)
-        assert len(model._forward_pre_hooks) == 1 and len(model.get_output_embeddings()._forward_pre_hooks) == 1
-        assert detach_surgery(model) is b and surgery_of(model) is None
-        assert torch.equal(model(ids).logits, before) and detach_surgery(model) is None
-        assert not model._forward_pre_hooks and not model._forward_hooks
+        assert surgery_of(model) is b
+        assert torch.equal(model(ids).logits, only_b)
+        assert len(model._forward_pre_hooks) == 1
+        assert len(model.get_output_embeddings()._forward_pre_hooks) == 1
+        assert detach_surgery(model) is b
+        assert surgery_of(model) is None
+        assert torch.equal(model(ids).logits, before)
+        assert detach_surgery(model) is None
+        assert not model._forward_pre_hooks
+        assert not model._forward_hooks
 
 
 def test_call_positions_paths():
@@ -202,7 +214,8 @@ def test_lookup_fast_path_matches_masked_path(cls):
     with torch.no_grad():
         assert torch.equal(m.lookup(table, inside), table[inside])
         rows = m.lookup(table, mixed)
-        assert torch.equal(rows[0, :2], table[torch.tensor([0, 3])]) and not rows[0, 2:].any()
+        assert torch.equal(rows[0, :2], table[torch.tensor([0, 3])])
+        assert not rows[0, 2:].any()
         assert torch.equal(
             m.lookup(table, torch.tensor([[-2]])), table[torch.tensor([[0]])]
         )  # negative counts as 0 (hook path)

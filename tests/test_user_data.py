@@ -18,6 +18,7 @@ from darts_nb.deploy import export_corrected, EXPORT_LIST
 from darts_nb.lease import HEARTBEAT, MIN_TTL, clean_stale, hold_lease, is_stale, lease_path, lease_ttl
 from darts_nb.surgery import PositionSurgery, StandardSurgery, save_surgery, load_surgery, read_surgery_config
 from darts_nb.surgery import CONFIG, WEIGHTS, CARD
+from conftest import temporaries
 
 H = 16
 
@@ -35,10 +36,6 @@ def snapshot(path: Path):
             key = str(p.relative_to(path))
             out[key] = ('link', os.readlink(p)) if p.is_symlink() else p.read_bytes() if p.is_file() else 'folder'
     return out
-
-
-def leftovers(parent: Path):
-    return sorted(p.name for p in parent.iterdir() if '.tmp-' in p.name)
 
 
 @pytest.fixture(scope='module')
@@ -120,8 +117,10 @@ def test_export_refuses_a_folder_it_did_not_write(tmp_path, model, case, make, e
     before, around = snapshot(dest), snapshot(tmp_path)
     with pytest.raises(exc) as e:
         export_corrected(model, module(0.2), dest, domain='math')
-    assert str(dest) in str(e.value) and names in str(e.value), str(e.value)
-    assert snapshot(dest) == before and snapshot(tmp_path) == around  # every byte where it was, no temporary
+    assert str(dest) in str(e.value), str(e.value)
+    assert names in str(e.value), str(e.value)
+    assert snapshot(dest) == before
+    assert snapshot(tmp_path) == around  # every byte where it was, no temporary
 
 
 def test_export_replaces_its_own_earlier_export_and_writes_an_empty_folder(tmp_path, model):
@@ -129,7 +128,8 @@ def test_export_replaces_its_own_earlier_export_and_writes_an_empty_folder(tmp_p
     listed = json.loads((out / EXPORT_LIST).read_text())['files']
     assert {'config.json', 'modeling_darts.py', 'README.md', f'darts_surgery/{WEIGHTS}'} <= set(listed)
     export_corrected(model, StandardSurgery(H, 2), out, domain='code')  # untouched since: replaced
-    assert read_surgery_config(out / 'darts_surgery')['kind'] == 'standard' and leftovers(tmp_path) == []
+    assert read_surgery_config(out / 'darts_surgery')['kind'] == 'standard'
+    assert temporaries(tmp_path) == []
     (tmp_path / 'empty').mkdir()
     export_corrected(model, module(), tmp_path / 'empty')
     assert (tmp_path / 'empty' / EXPORT_LIST).is_file()
@@ -181,7 +181,8 @@ def test_save_refuses_what_it_did_not_write(tmp_path, case, make, names):
     around = snapshot(tmp_path)
     with pytest.raises(FileExistsError) as e:
         save_surgery(module(0.5), dest, domain='code')
-    assert str(dest) in str(e.value) and names in str(e.value), str(e.value)
+    assert str(dest) in str(e.value), str(e.value)
+    assert names in str(e.value), str(e.value)
     assert snapshot(tmp_path) == around
 
 
@@ -202,8 +203,9 @@ def test_a_module_saved_by_this_version_is_replaced(tmp_path):
     "The refusals above leave the ordinary case alone: a module's own folder, card untouched, is replaced."
     p = save_surgery(module(0.1), tmp_path / 'm', domain='math')
     save_surgery(module(0.2), p, domain='math')
-    assert torch.equal(load_surgery(p).b, module(0.2).b) and sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
-    assert leftovers(tmp_path) == []
+    assert torch.equal(load_surgery(p).b, module(0.2).b)
+    assert sorted(os.listdir(p)) == sorted([CONFIG, WEIGHTS, CARD])
+    assert temporaries(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,14 +238,17 @@ def test_a_short_ttl_cannot_delete_a_live_writers_temporary(tmp_path):
         lease = json.loads(lease_path(tmp).read_text())
         lease_path(tmp).write_text(json.dumps({**lease, 'heartbeat': time.time() - 18}))  # 18 s since its last beat
         err = judge(tmp_path, '5')
-        assert isinstance(err, str) and "DARTS_LEASE_TTL='5': expected a number of seconds >= 60" in err, err
+        assert isinstance(err, str), err
+        assert "DARTS_LEASE_TTL='5': expected a number of seconds >= 60" in err, err
         assert tmp.exists()
-        assert judge(tmp_path, str(MIN_TTL)) == [] and tmp.exists()  # the shortest time-to-live allowed keeps it
+        assert judge(tmp_path, str(MIN_TTL)) == []
+        assert tmp.exists()  # the shortest time-to-live allowed keeps it
         assert not is_stale(tmp, ttl=MIN_TTL, now=time.time() + HEARTBEAT)  # and would until a full beat is missed
     # the refusal keeps the sweep: a writer gone from this machine is found at once, whatever its heartbeat
     dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True)
     lease_path(tmp).write_text(json.dumps({**lease, 'pid': int(dead.stdout), 'heartbeat': time.time()}))
-    assert judge(tmp_path, str(MIN_TTL)) == [str(tmp)] and not tmp.exists()
+    assert judge(tmp_path, str(MIN_TTL)) == [str(tmp)]
+    assert not tmp.exists()
 
 
 @pytest.mark.parametrize('ttl', ['5', '18', '59.9', '30'])
@@ -260,7 +265,8 @@ def test_lease_ttls_below_twice_the_heartbeat_are_refused(monkeypatch, tmp_path,
     assert str(e.value).endswith(f'got {float(ttl)}')
     assert (tmp_path / '.x.tmp-1-ab').exists()
     monkeypatch.setenv('DARTS_LEASE_TTL', 'inf')  # never judged by age: kept (a dead writer here is still found)
-    assert lease_ttl() == float('inf') and clean_stale(tmp_path) == []
+    assert lease_ttl() == float('inf')
+    assert clean_stale(tmp_path) == []
 
 
 def test_a_writer_may_not_beat_less_often_than_the_heartbeat(tmp_path):

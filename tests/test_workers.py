@@ -16,5 +16,6 @@ def _experts_scores(name: str, workers: int):
 
 def test_workers_match_the_driver():
     one, two = _experts_scores('test-workers-1', 1), _experts_scores('test-workers-2', 2)
-    assert len(one) == 12 and one.index.equals(two.index)  # 4 models x 3 domains
+    assert len(one) == 12
+    assert one.index.equals(two.index)  # 4 models x 3 domains
     assert (one == two).all(), (one, two)

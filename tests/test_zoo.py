@@ -17,12 +17,6 @@ from darts_nb.zoo import (
 )
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv('DARTS_HOME', str(tmp_path))
-    return tmp_path
-
-
 def _save_tiny(path, tok, **kw):
     m = tiny_llama(vocab_size=len(tok), **kw)
     m.save_pretrained(path)
@@ -85,7 +79,8 @@ def test_profile_yaml(tmp_path, tok):
     b, e = _save_tiny(tmp_path / 'b', tok), _save_tiny(tmp_path / 'e', tok, seed=1)
     (tmp_path / 'p.yaml').write_text(f'base: {b}\nexperts:\n  math: {e}\n')
     prof = get_profile(str(tmp_path / 'p.yaml'))
-    assert prof.base == str(b) and prof.experts == {'math': str(e)}
+    assert prof.base == str(b)
+    assert prof.experts == {'math': str(e)}
 
 
 def test_architecture_mismatch_named(tmp_path, tok):
@@ -124,6 +119,7 @@ def test_the_shipped_zoo_is_whole_and_made_by_this_recipe():
     from darts_nb.zoo import check_reference, get_profile, reference_dir, zoo_dir, REFERENCE_ZOOS
 
     paths = check_reference('toy')
-    assert set(REFERENCE_ZOOS) == {'toy'} and paths['base'] == reference_dir('toy') / 'base'
+    assert set(REFERENCE_ZOOS) == {'toy'}
+    assert paths['base'] == reference_dir('toy') / 'base'
     assert get_profile('toy').base == str(paths['base'])
     assert get_profile('toy-rebuilt', build=False).base == str(zoo_dir('toy') / 'base') != str(paths['base'])
