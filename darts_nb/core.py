@@ -7,6 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
 import os
+import sys
 import errno
 import random
 import hashlib
@@ -26,11 +27,11 @@ if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
 # %% auto #0
-__all__ = ['darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'tiny_llama',
-           'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
-           'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json',
-           'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'pyplot', 'save_figure', 'in_notebook',
-           'check_int', 'check_number', 'check_choice', 'moved_name']
+__all__ = ['QUIET_ENV', 'darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask',
+           'tiny_llama', 'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash',
+           'path_fingerprint', 'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write',
+           'write_json', 'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'quiet_libraries', 'pyplot',
+           'save_figure', 'in_notebook', 'check_int', 'check_number', 'check_choice', 'moved_name']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -528,6 +529,34 @@ class LineLog:
 
     def __getattr__(self, k):
         return getattr(self.stream, k)
+
+# %% ../nbs/00_core.ipynb #8196f6cf
+QUIET_ENV = {
+    'HF_HUB_DISABLE_PROGRESS_BARS': '1',  # huggingface_hub's bars, and transformers' ('Loading weights', downloads)
+    'HF_DATASETS_DISABLE_PROGRESS_BARS': '1',  # datasets' ('Generating test split', 'Map')
+    'TRANSFORMERS_VERBOSITY': 'error',  # transformers' advisory warnings
+    'TQDM_DISABLE': '1',  # bars that libraries draw without a `disable` of their own (lm-eval's per-task bars)
+}
+
+# %% ../nbs/00_core.ipynb #97c0aa22
+def quiet_libraries(
+    verbose: bool = False,  # leave the libraries' bars and warnings as they are
+) -> dict:
+    "Switch the libraries' own progress bars and advisory warnings off, here and in the workers; returns what was set."
+    if verbose:
+        return {}
+    chosen = {k: v for k, v in QUIET_ENV.items() if k not in os.environ}  # a user's own setting wins
+    os.environ.update(chosen)
+    if 'transformers' in sys.modules:  # imported already: its switches were read at import
+        from transformers.utils import logging as tlog
+
+        tlog.disable_progress_bar()
+        tlog.set_verbosity_error()
+    if 'datasets' in sys.modules:
+        from datasets.utils import logging as dlog
+
+        dlog.disable_progress_bar()
+    return chosen
 
 # %% ../nbs/00_core.ipynb #5b0c1a09
 def pyplot():

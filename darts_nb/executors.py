@@ -169,12 +169,13 @@ def execute(
     desc: str,  # the progress bar's label
     on_result=None,  # called with each result as it arrives, in the driver
     failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
+    progress: bool = True,  # show the stage's progress line (False: a part of a stage that shows its own)
 ) -> list:
     "Run the jobs and return their results in order; failures are recorded, then raised."
     results, failed = [None] * len(jobs), {}
     if not jobs:
         return results
-    bar = tqdm(total=len(jobs), desc=desc)
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # the stage's line, shown where libraries' are off
     try:
         for i, res in executor.results(run, jobs):
             if isinstance(res, JobError):

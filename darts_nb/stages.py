@@ -105,11 +105,13 @@ def merge_state(
 def stage_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to merge (None: the run's sweep)
+    progress: bool = True,  # a progress line (False: inside the sweep, which shows its own)
 ) -> pd.DataFrame:
     "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
     cfgs = _configs(run, names)
     check_configs(cfgs)  # once, in the driver: bad input raises before any job
-    rows = run_jobs(run, [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()], 'merge', record=False)
+    jobs = [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()]
+    rows = run_jobs(run, jobs, 'merge', record=False, progress=progress)
     res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
     record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
     failed = res[res.status == 'failed']
@@ -150,6 +152,7 @@ def need_merge(
 def score_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to score (None: the run's sweep)
+    progress: bool = True,  # a progress line (False: inside the sweep, which shows its own)
 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
     ready = [n for n in _configs(run, names) if merge_state(run, n) == 'ready']
@@ -158,7 +161,7 @@ def score_merges(
         Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
         for n in todo
     ]
-    run_jobs(run, jobs, 'evaluate merges')
+    run_jobs(run, jobs, 'evaluate merges', progress=progress)
 
 # %% ../nbs/15c_stages.ipynb #d1f0869c
 def stage_sweep(
@@ -171,12 +174,15 @@ def stage_sweep(
         score_merges(run, names)
         return
     todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
-    for i in tqdm(range(0, len(todo), run.workers), desc='sweep (merge, score, delete)'):
+    bar = tqdm(total=len(todo), desc='sweep (merge, score, delete)', unit='merge', disable=False)  # the stage's line
+    for i in range(0, len(todo), run.workers):
         part = todo[i : i + run.workers]
-        stage_merges(run, part)
-        score_merges(run, part)
+        stage_merges(run, part, progress=False)
+        score_merges(run, part, progress=False)
         for n in part:
             shutil.rmtree(merges_dir(run) / n, ignore_errors=True)
+        bar.update(len(part))
+    bar.close()
 
 # %% ../nbs/15c_stages.ipynb #da32cb15
 def sweep_table(

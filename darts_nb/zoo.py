@@ -28,6 +28,7 @@ from darts_nb.core import (
     write_json,
     check_choice,
     LineLog,
+    quiet_libraries,
     moved_name,
 )
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
@@ -255,7 +256,7 @@ def train_lm(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     model.train()
     hist = []
-    for _ in (bar := tqdm(range(steps), desc=desc, leave=False)):
+    for _ in (bar := tqdm(range(steps), desc=desc, leave=False, disable=False)):
         b = [rows[i] for i in rng.sample(range(len(rows)), min(batch, len(rows)))]
         loss = model(input_ids=torch.tensor([r[0] for r in b]), labels=torch.tensor([r[1] for r in b])).loss
         opt.zero_grad()
@@ -498,7 +499,7 @@ def zoo_table(
     import pandas as pd
 
     rows = []
-    for role, p in tqdm(paths.items(), desc='score zoo', leave=False):
+    for role, p in tqdm(paths.items(), desc='score zoo', leave=False, disable=False):
         model, tok = load_model(p)
         rows += [dict(model=role, **score_model(model, tok, d, limit=limit)) for d in DOMAINS]
     table = pd.DataFrame(rows).pivot(index='model', columns='domain', values='value')
@@ -517,7 +518,9 @@ def main(
     ap.add_argument('--rebuild', action='store_true', help='build the shipped zoo from its recipe here (toy-rebuilt)')
     ap.add_argument('--table', action='store_true', help='score each model on each domain')
     ap.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
+    ap.add_argument('--verbose', action='store_true', help="the libraries' own progress bars and warnings too")
     a = ap.parse_args(argv)
+    quiet_libraries(a.verbose)
     err = sys.stderr
     if not err.isatty() and not isinstance(err, LineLog):
         sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
