@@ -96,7 +96,7 @@ def child(variant: str, spec: dict) -> dict:
     "Run one variant; its peak memory and where its cache went."
     import torch
     from transformers import AutoTokenizer
-    from darts_nb.cache import build_cache, release_memory
+    from darts_nb.cache import build_cache, release_memory, CacheSettings
 
     work, dev = Path(spec['work']), torch.device(spec['device'])
     dtype = getattr(torch, spec['dtype'])
@@ -121,7 +121,9 @@ def child(variant: str, spec: dict) -> dict:
             kept['head'] = model.get_output_embeddings().weight.detach()  # all of the expert that KL/CE training needs
         return model
 
-    kw = dict(max_len=spec['max_len'], device=dev, batch_size=spec['batch_size'], progress=False)
+    kw = dict(
+        settings=CacheSettings(max_len=spec['max_len'], batch_size=spec['batch_size']), device=dev, progress=False
+    )
     t0 = time.perf_counter()
     if variant == 'side-by-side':
         merged, expert = load_merged(), load_expert()
@@ -131,12 +133,14 @@ def child(variant: str, spec: dict) -> dict:
         cache = build_cache(load_merged, load_expert, tok, prompts, **kw)
     if variant == 'calibration':
         from darts_nb.surgery import make_surgery
-        from darts_nb.train import train_surgery
+        from darts_nb.train import train_surgery, TrainSettings
 
         merged = load_merged()  # held through training, as an arm holds it to evaluate afterwards
         mod = make_surgery('position', cache.hidden_size, rank=RANK, max_len=spec['max_len']).to(dev)
         bs, head = spec['batch_size'], kept.get('head')
-        train_surgery(mod, cache, spec['loss'], iters=spec['iters'], batch_size=bs, head=head, progress=False)
+        train_surgery(
+            mod, cache, TrainSettings(loss=spec['loss'], iters=spec['iters'], batch_size=bs), head=head, progress=False
+        )
         del merged, mod
     if cuda:
         torch.cuda.synchronize(dev)

@@ -94,13 +94,13 @@ def train_here(cache_path: Path, out: Path) -> tuple:
     "DARTS (position, EWL1, paper defaults, seed 0) trained here on the cache; returns (module, rho_L1 %)."
     from darts_nb.cache import HiddenCache
     from darts_nb.surgery import make_surgery, save_surgery
-    from darts_nb.train import train_surgery, l1_reduction
+    from darts_nb.train import train_surgery, l1_reduction, TrainSettings
     from darts_nb.core import set_seed
 
     cache = HiddenCache.load(cache_path, device='cpu')
     set_seed(0)
     module = make_surgery('position', cache.merged.shape[-1], rank=16)
-    train_surgery(module, cache, loss='ewl1', iters=500, seed=0, progress=False)
+    train_surgery(module, cache, TrainSettings(loss='ewl1', iters=500, seed=0), progress=False)
     module.eval()
     save_surgery(module, out)
     return module, 100 * l1_reduction(module, cache)

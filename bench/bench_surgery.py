@@ -85,7 +85,7 @@ def sync(device):
 
 
 def bench_train(cache, device, iters, repeats, batch_size=8, lr=1e-3):
-    from darts_nb.train import train_surgery
+    from darts_nb.train import train_surgery, TrainSettings
     from darts_nb.surgery import make_surgery
 
     best = {'train_surgery': 0.0, 'bare loop': 0.0}
@@ -97,7 +97,12 @@ def bench_train(cache, device, iters, repeats, batch_size=8, lr=1e-3):
             sync(device)
             t0 = time.perf_counter()
             h = (
-                train_surgery(mod, cache, 'ewl1', iters=iters, lr=lr, batch_size=batch_size, seed=0, progress=False)
+                train_surgery(
+                    mod,
+                    cache,
+                    TrainSettings(loss='ewl1', iters=iters, lr=lr, batch_size=batch_size, seed=0),
+                    progress=False,
+                )
                 if name == 'train_surgery'
                 else bare_loop(mod, cache, iters, batch_size, lr, 0)
             )
@@ -156,12 +161,12 @@ def main(argv=None):
     a = ap.parse_args(argv)
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     from darts_nb.core import default_device
-    from darts_nb.cache import build_cache
+    from darts_nb.cache import build_cache, CacheSettings
 
     dev = default_device(a.device)
     m, t, tok, prompts, src = models(dev, a.zoo)
     cache = (
-        build_cache(m, t, tok, prompts, max_len=a.max_len, device=dev, progress=False)
+        build_cache(m, t, tok, prompts, settings=CacheSettings(max_len=a.max_len), device=dev, progress=False)
         if tok is not None
         else synth_cache(m, t, dev)
     )

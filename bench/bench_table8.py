@@ -332,7 +332,9 @@ def main(argv=None):
         ap.error(f"--device {a.device}: expected cuda or cpu")
     for k, v in (('HF_HUB_OFFLINE', '1'), ('HF_DATASETS_OFFLINE', '1'), ('TOKENIZERS_PARALLELISM', 'false')):
         os.environ.setdefault(k, v)
-    from darts_nb.cost import calibration_cost, COST_KINDS
+    from darts_nb.cost import calibration_cost, COST_KINDS, CostSettings
+    from darts_nb.cache import CacheSettings
+    from darts_nb.train import TrainSettings
     import pandas as pd
 
     name = (
@@ -400,13 +402,13 @@ def main(argv=None):
                     str(paths['merged']),
                     str(paths['target']),
                     'code',
-                    kind=kind,
-                    loss=LOSS,
-                    iters=a.iters,
-                    n_prompts=a.prompts,
-                    max_len=a.max_len,
-                    rank=RANK,
-                    batch_size=BATCH,
+                    settings=CostSettings(
+                        kind=kind,
+                        rank=RANK,
+                        n_prompts=a.prompts,
+                        cache=CacheSettings(max_len=a.max_len, batch_size=BATCH),
+                        train=TrainSettings(loss=LOSS, iters=a.iters, batch_size=BATCH),
+                    ),
                     device=dev,
                     prompts=texts,
                     progress=not a.tiny,

@@ -34,7 +34,7 @@ from .lease import clean_stale
 
 # %% auto #0
 __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'release_memory',
-           'model_states', 'build_cache', 'cache_key', 'cache_path', 'get_or_build_cache']
+           'CacheSettings', 'model_states', 'build_cache', 'cache_key', 'cache_path', 'get_or_build_cache']
 
 # %% ../nbs/06_cache.ipynb #fb2bc3b4
 @dataclass
@@ -292,35 +292,47 @@ def release_memory() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
+# %% ../nbs/06_cache.ipynb #0c92b26d
+@dataclass(frozen=True)
+class CacheSettings:
+    "How a hidden-state cache is computed: prompts' length, the stored dtype, the batches (the paper's by default)."
+
+    max_len: int = 512  # T_max: prompts are truncated to this many tokens
+    dtype: torch.dtype = torch.bfloat16  # storage dtype of the hidden states
+    batch_size: int = 8  # prompts per forward pass
+    chunk_size: int = 1024  # positions per entropy chunk
+
+    def __post_init__(self):
+        check_int(self.max_len, 'max_len')
+        check_int(self.batch_size, 'batch_size')
+
 # %% ../nbs/06_cache.ipynb #4ed24ea9
 @torch.no_grad()
 def model_states(
     model,  # a frozen causal LM
     ids: torch.Tensor,  # N x T token ids
     attention_mask: torch.Tensor,  # N x T, 1 real / 0 pad
+    settings: CacheSettings = CacheSettings(),  # the stored dtype and the batches (`max_len` is the ids' own)
     entropy: bool = False,  # also the model's next-token entropy per position (float32, zeros at pads)
-    dtype: torch.dtype = torch.bfloat16,  # storage dtype of the hidden states
     device=None,  # where the results live (default CUDA if available)
-    batch_size: int = 8,  # prompts per forward pass
-    chunk_size: int = 1024,  # positions per entropy chunk
     progress: bool = True,  # show a tqdm bar
     desc: str = 'cache',  # the bar's label
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     "One model over tokenized prompts: its final hidden states (N x T x H, zeros at pads), and its entropy or None."
-    check_int(batch_size, 'batch_size')
+    bs, dtype = settings.batch_size, settings.dtype
     dev = default_device(device)
     N, T = ids.shape
     states = torch.zeros(N, T, model.config.hidden_size, dtype=dtype, device=dev)
     ent = torch.zeros(N, T, dtype=torch.float32, device=dev) if entropy else None
     md = model.get_input_embeddings().weight.device
-    for i in tqdm(range(0, N, batch_size), desc=desc, disable=not progress):
-        b_ids, b_am = ids[i : i + batch_size], attention_mask[i : i + batch_size]
+    for i in tqdm(range(0, N, bs), desc=desc, disable=not progress):
+        b_ids, b_am = ids[i : i + bs], attention_mask[i : i + bs]
         mb = b_am.bool().to(dev)
         h, _ = final_hidden(model, b_ids.to(md), b_am.to(md), return_logits=False)
         if entropy:
-            e = hidden_entropy(h, lm_head(model), chunk_size=chunk_size).to(dev)
-            ent[i : i + batch_size] = e.masked_fill(~mb, 0.0)
-        states[i : i + batch_size] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.0)
+            e = hidden_entropy(h, lm_head(model), chunk_size=settings.chunk_size).to(dev)
+            ent[i : i + bs] = e.masked_fill(~mb, 0.0)
+        states[i : i + bs] = h.to(dev, dtype).masked_fill(~mb[..., None], 0.0)
     return states, ent
 
 # %% ../nbs/06_cache.ipynb #e8452328
@@ -363,6 +375,54 @@ def _encode(
         raise ValueError("prompts: some prompts tokenize to zero tokens")
     return tokenizer, enc
 
+# %% ../nbs/06_cache.ipynb #7b94245e
+def _check_prompts(
+    prompts: list[str],  # calibration texts
+    spans: list | None,  # per prompt, character spans, or None
+    settings: CacheSettings,  # how the cache is computed
+) -> None:
+    "A clear error for prompts, spans or settings that cannot make a cache."
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError("prompts: expected a list of strings")
+    if len(prompts) == 0:
+        raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
+    if not isinstance(settings, CacheSettings):
+        raise TypeError(f"settings: expected a CacheSettings, got {type(settings).__name__}")
+    if spans is not None and len(spans) != len(prompts):
+        raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
+
+# %% ../nbs/06_cache.ipynb #e52995c4
+def _cache_meta(
+    names: tuple[str, str],  # the merged model's and the expert's names (`_shape`)
+    prompts: list[str],  # calibration texts
+    tokenizer,  # the tokenizer that encoded them
+    settings: CacheSettings,  # how the cache was computed
+) -> dict:
+    "What a cache records of how it was computed: the models, the prompts' hash, max_len, vocabulary, dtype."
+    return dict(
+        merged=names[0],
+        target=names[1],
+        prompt_hash=stable_hash(list(prompts)),
+        n_prompts=len(prompts),
+        max_len=settings.max_len,
+        vocab_hash=_vocab_hash(tokenizer),
+        padding_side=tokenizer.padding_side,
+        dtype=str(settings.dtype),
+    )
+
+# %% ../nbs/06_cache.ipynb #9afef367
+def _kind_codes(
+    enc,  # the prompts' encoding, with its offset mapping when spans are given
+    spans: list | None,  # per prompt, (start, end, kind) character spans, or None
+    device,  # where the cache lives
+) -> torch.Tensor | None:
+    "N x T int8 codes of every token's kind (`token_kinds`), or None without spans."
+    if spans is None:
+        return None
+    am = enc['attention_mask']
+    codes = [token_kinds(o.tolist(), sp, m.bool().tolist()) for o, sp, m in zip(enc['offset_mapping'], spans, am)]
+    return torch.tensor(codes, dtype=torch.int8, device=device)
+
 # %% ../nbs/06_cache.ipynb #7a617d03
 @torch.no_grad()
 def build_cache(
@@ -370,33 +430,25 @@ def build_cache(
     target,  # the expert model k (frozen), or a loader (called once M's states are computed and M is dropped)
     tokenizer,  # the shared tokenizer (its padding side is kept); None: the one the merged loader returns
     prompts: list[str],  # calibration texts
-    max_len: int = 512,  # T_max: prompts are truncated to this many tokens
-    dtype: torch.dtype = torch.bfloat16,  # storage dtype of the hidden states
+    settings: CacheSettings = CacheSettings(),  # prompts' length, stored dtype, batches
     device=None,  # where the cache lives (the training device; default CUDA if available)
-    batch_size: int = 8,  # prompts per forward pass
     target_tokenizer=None,  # the expert's tokenizer, if separate (default: the one its loader returns, if any)
-    chunk_size: int = 1024,  # positions per entropy chunk
     progress: bool = True,  # show a tqdm bar
     spans: list | None = None,  # per prompt, (start, end, kind) character spans: every token's kind is kept
 ) -> HiddenCache:
     "Run the frozen models over `prompts`, one after the other: hidden states, the expert's entropy, mask, ids."
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts: expected a list of strings")
-    if len(prompts) == 0:
-        raise ValueError("prompts: expected at least one calibration prompt, got an empty list")
-    check_int(max_len, 'max_len')
-    check_int(batch_size, 'batch_size')
-    if spans is not None and len(spans) != len(prompts):
-        raise ValueError(f"spans: expected one list per prompt ({len(prompts)}), got {len(spans)}")
+    _check_prompts(prompts, spans, settings)
     lazy = _is_loader(merged) or _is_loader(target)
     if tokenizer is None and not _is_loader(merged):
         raise ValueError("tokenizer: expected the shared tokenizer, got None (None only with a merged-model loader)")
     if not lazy:
         check_pair(merged, target, tokenizer=tokenizer, target_tokenizer=target_tokenizer)
     dev = default_device(device)
-    kw = dict(dtype=dtype, device=dev, batch_size=batch_size, chunk_size=chunk_size, progress=progress)
+    kw = dict(settings=settings, device=dev, progress=progress)
     model, tok = _loaded(merged, 'merged')
-    tokenizer, enc = _encode(tokenizer if tokenizer is not None else tok, prompts, max_len=max_len, spans=spans)
+    tokenizer, enc = _encode(
+        tokenizer if tokenizer is not None else tok, prompts, max_len=settings.max_len, spans=spans
+    )
     ids, am = enc['input_ids'], enc['attention_mask']
     shape_m = _shape(model)
     h_m, _ = model_states(model, ids, am, desc='cache: merged', **kw)
@@ -412,25 +464,8 @@ def build_cache(
     del model
     if lazy:
         release_memory()
-    meta = dict(
-        merged=shape_m[0],
-        target=shape_t[0],
-        prompt_hash=stable_hash(list(prompts)),
-        n_prompts=ids.shape[0],
-        max_len=max_len,
-        vocab_hash=_vocab_hash(tokenizer),
-        padding_side=tokenizer.padding_side,
-        dtype=str(dtype),
-    )
-    kinds = (
-        None
-        if spans is None
-        else torch.tensor(
-            [token_kinds(o.tolist(), sp, m.bool().tolist()) for o, sp, m in zip(enc['offset_mapping'], spans, am)],
-            dtype=torch.int8,
-            device=dev,
-        )
-    )
+    meta = _cache_meta((shape_m[0], shape_t[0]), prompts, tokenizer=tokenizer, settings=settings)
+    kinds = _kind_codes(enc, spans, device=dev)
     return HiddenCache(h_m, h_t, entropy, mask=am.bool().to(dev), meta=meta, ids=ids.to(dev), kinds=kinds)
 
 # %% ../nbs/06_cache.ipynb #fb485276
@@ -470,17 +505,16 @@ def get_or_build_cache(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
     prompts: list[str],  # calibration texts
-    max_len: int = 512,  # T_max
-    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    settings: CacheSettings = CacheSettings(),  # prompts' length, stored dtype (both in the key), batches
     device=None,  # the training device
-    batch_size: int = 8,  # prompts per forward pass
     root: str | Path | None = None,  # default: $DARTS_HOME/caches
     progress: bool = True,  # show a tqdm bar
     models=None,  # path -> (model, tokenizer), called for one model at a time; default: load from disk to `device`
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (one model in memory at a time) and save it."
-    inputs = dict(max_len=max_len, dtype=dtype, spans=spans)
+    max_len = settings.max_len
+    inputs = dict(max_len=max_len, dtype=settings.dtype, spans=spans)
     path = cache_path(merged_path, target_path, prompts, root=root, **inputs)
     key = cache_key(merged_path, target_path, prompts, **inputs)
     if (path / TENSORS).exists():
@@ -511,10 +545,8 @@ def get_or_build_cache(
         lambda: models(target_path),
         None,
         prompts=prompts,
-        max_len=max_len,
-        dtype=dtype,
+        settings=settings,
         device=dev,
-        batch_size=batch_size,
         progress=progress,
         spans=spans,
     )

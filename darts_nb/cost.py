@@ -18,15 +18,16 @@ import torch
 from .core import default_device, set_seed, check_int, check_number, check_choice
 from .surgery import make_surgery, n_params
 from .surgery_files import save_surgery
-from .train import train_surgery
+from .train import train_surgery, TrainSettings
+from .cache import CacheSettings, build_cache
 from .losses import LOSS_NEEDS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # %% auto #0
-__all__ = ['COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS', 'calibration_cost',
-           'cost_table', 'weight_count', 'MemoryPlan', 'memory_plan']
+__all__ = ['COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS', 'CostSettings',
+           'calibration_cost', 'cost_table', 'weight_count', 'MemoryPlan', 'memory_plan']
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c6
 def _rss_bytes() -> int:
@@ -67,87 +68,141 @@ def _dir_bytes(p: Path) -> int:
     "The bytes of every file under folder `p`."
     return sum(f.stat().st_size for f in Path(p).rglob('*') if f.is_file())
 
+# %% ../nbs/08_cost.ipynb #4779856c
+@dataclass(frozen=True)
+class CostSettings:
+    "What one measured calibration computes: the module, the prompts, the cache's and the training's settings."
+
+    kind: str = 'position'  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
+    rank: int = 16  # bottleneck rank
+    n_prompts: int = 50  # calibration prompts
+    cache: CacheSettings = CacheSettings()  # T_max (also the module's) and the forward passes' batch
+    train: TrainSettings = TrainSettings()  # the loss, steps, batch and seed
+    side_by_side: bool = False  # True: both models loaded first and held through training (the paper's Table 8)
+
+# %% ../nbs/08_cost.ipynb #dfd3c31a
+def _cost_prompts(
+    domain: str,  # the domain (its calibration split is the default prompts)
+    prompts: list[str] | None,  # the calibration texts, or None
+    n: int,  # how many are kept
+) -> list[str]:
+    "The first `n` calibration texts: those given, or the domain's calibration prompts; an empty set is an error."
+    if prompts is None:
+        from darts_nb.domains import load_split
+
+        prompts = [it['prompt'] for it in load_split(domain, 'calib', seed=0)]
+    prompts = list(prompts)[:n]
+    if not prompts:
+        raise ValueError(f"prompts: the calibration set for domain={domain!r} is empty")
+    return prompts
+
+# %% ../nbs/08_cost.ipynb #e7c5768a
+def _sync(device: torch.device) -> None:
+    "Wait for the device's queued work (CUDA), so that a clock read after it times the work; nothing elsewhere."
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+# %% ../nbs/08_cost.ipynb #76b5007e
+def _timed_loader(
+    path: str | Path,  # a checkpoint
+    phase: str,  # the name its seconds are recorded under
+    device: torch.device,  # where it loads
+    record: dict,  # phase -> seconds, filled as the loader runs (and 'head' with `keep_head`)
+    keep_head: bool = False,  # keep the model's LM head weight as record['head'] (all that KL/CE training needs)
+):
+    "A loader of `path` (for `build_cache`) that records its own seconds as `phase`."
+
+    def load():
+        from darts_nb.zoo import load_model
+
+        t = time.perf_counter()
+        model, tok = load_model(path, device=device)
+        _sync(device)
+        record[phase] = time.perf_counter() - t
+        if keep_head:
+            record['head'] = model.get_output_embeddings().weight.detach()  # V x H
+        return model, tok
+
+    return load
+
+# %% ../nbs/08_cost.ipynb #666fa37c
+def _measure_calibration(
+    merged_path: str | Path,  # the merged model's directory
+    target_path: str | Path,  # the expert's directory
+    prompts: list[str],  # the calibration texts
+    settings: CostSettings,  # what the calibration computes
+    device: torch.device,  # where
+    progress: bool = False,  # tqdm bars
+) -> dict:
+    "The cache built and the module trained, timed: seconds per phase, the peak memory, the cache and the module."
+    s, rec = settings, {}
+    keep = 'head' in LOSS_NEEDS.get(s.train.loss, ())
+    merged = _timed_loader(merged_path, 'load_merged', device, record=rec)
+    target = _timed_loader(target_path, 'load_target', device, record=rec, keep_head=keep)
+    kw = dict(settings=s.cache, device=device, progress=progress)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        if s.side_by_side:
+            (merged, tok), (target, ttok) = merged(), target()
+            cache = build_cache(merged, target, tok, prompts=prompts, target_tokenizer=ttok, **kw)
+        else:
+            cache = build_cache(merged, target, None, prompts=prompts, **kw)
+        _sync(device)
+        t3 = time.perf_counter()
+        set_seed(s.train.seed)
+        mod = make_surgery(s.kind, cache.hidden_size, rank=s.rank, max_len=s.cache.max_len).to(device)
+        train_surgery(mod, cache, s.train, head=rec.get('head'), progress=progress)
+        _sync(device)
+        t4 = time.perf_counter()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == 'cuda' else mem.bytes
+    loads = rec['load_merged'] + rec['load_target']
+    seconds = dict(load_merged=rec['load_merged'], load_target=rec['load_target'])
+    seconds.update(precompute=t3 - t0 - loads, train=t4 - t3, total=t4 - t0)
+    return dict(seconds=seconds, peak=peak, cache=cache, module=mod)
+
+# %% ../nbs/08_cost.ipynb #22726ab8
+def _checkpoint_bytes(
+    module: torch.nn.Module,  # a trained surgery module
+    merged_path: str | Path,  # the merged model it corrects (recorded)
+    domain: str,  # its domain (recorded)
+    train: TrainSettings,  # how it was trained (loss and seed recorded)
+) -> int:
+    "The bytes of the module saved as `save_surgery` saves it (in a temporary folder, removed after)."
+    with tempfile.TemporaryDirectory() as d:
+        save_surgery(
+            module, Path(d) / 'surgery', merged_model=str(merged_path), domain=domain, loss=train.loss, seed=train.seed
+        )
+        return _dir_bytes(Path(d))
+
 # %% ../nbs/08_cost.ipynb #d238cc40
 def calibration_cost(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
     domain: str,  # the domain (recorded; its calibration split is the default prompts)
-    kind: str = 'position',  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
-    loss: str = 'ewl1',  # training loss
-    iters: int = 500,  # training steps
-    n_prompts: int = 50,  # calibration prompts
-    max_len: int = 512,  # T_max
-    rank: int = 16,  # bottleneck rank
-    batch_size: int = 8,  # prompts per step
-    seed: int = 0,  # shuffle seed
+    settings: CostSettings = CostSettings(),  # the module, the prompts, the cache's and the training's settings
     device=None,  # default CUDA if available
     prompts: list[str] | None = None,  # the calibration texts (default: the domain's calibration prompts)
     progress: bool = False,  # tqdm bars
-    side_by_side: bool = False,  # True: both models loaded first and held through training (the paper's Table 8)
 ) -> 'pd.DataFrame':
     "Table 8 for one calibration: wall clock per phase, peak memory, cache, parameter and checkpoint sizes."
     import pandas as pd
-    from darts_nb.zoo import load_model
-    from darts_nb.cache import build_cache
 
     dev = default_device(device)
+    texts = _cost_prompts(domain, prompts, settings.n_prompts)
+    got = _measure_calibration(merged_path, target_path, texts, settings=settings, device=dev, progress=progress)
+    ck = _checkpoint_bytes(got['module'], merged_path, domain=domain, train=settings.train)
     cuda = dev.type == 'cuda'
-    if prompts is None:
-        from darts_nb.domains import load_split
-
-        prompts = [it['prompt'] for it in load_split(domain, 'calib', seed=0)]
-    prompts = list(prompts)[:n_prompts]
-    if not prompts:
-        raise ValueError(f"prompts: the calibration set for domain={domain!r} is empty")
-    if cuda:
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-    loads, kept = {}, {}
-
-    def loader(path, phase):
-        "A loader of `path` that times itself as `phase` (and keeps the expert's head weight for KL/CE)."
-
-        def load():
-            t = time.perf_counter()
-            model, tok = load_model(path, device=dev)
-            sync()
-            loads[phase] = time.perf_counter() - t
-            if phase == 'load_target' and 'head' in LOSS_NEEDS.get(loss, ()):
-                kept['head'] = model.get_output_embeddings().weight.detach()  # V x H: all that training needs
-            return model, tok
-
-        return load
-
-    inputs = dict(prompts=prompts, max_len=max_len, device=dev, batch_size=batch_size, progress=progress)
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        if side_by_side:
-            (merged, tok), (target, ttok) = loader(merged_path, 'load_merged')(), loader(target_path, 'load_target')()
-            cache = build_cache(merged, target, tok, target_tokenizer=ttok, **inputs)
-        else:
-            cache = build_cache(loader(merged_path, 'load_merged'), loader(target_path, 'load_target'), None, **inputs)
-        sync()
-        t3 = time.perf_counter()
-        set_seed(seed)
-        mod = make_surgery(kind, cache.hidden_size, rank=rank, max_len=max_len).to(dev)
-        head = kept.get('head')
-        train_surgery(mod, cache, loss, iters=iters, batch_size=batch_size, seed=seed, head=head, progress=progress)
-        sync()
-        t4 = time.perf_counter()
-    peak = torch.cuda.max_memory_allocated(dev) if cuda else mem.bytes
-    with tempfile.TemporaryDirectory() as d:
-        save_surgery(mod, Path(d) / 'surgery', merged_model=str(merged_path), domain=domain, loss=loss, seed=seed)
-        ck = _dir_bytes(Path(d))
-    rows = [
-        ('load_merged', loads['load_merged'], 's'),
-        ('load_target', loads['load_target'], 's'),
-        ('precompute', t3 - t0 - loads['load_merged'] - loads['load_target'], 's'),
-        ('train', t4 - t3, 's'),
-        ('total', t4 - t0, 's'),
-        ('peak_memory', peak, 'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)'),
-        ('cache', cache.nbytes, 'bytes'),
-        ('surgery_params', n_params(mod), 'count'),
+    rows = [(phase, v, 's') for phase, v in got['seconds'].items()] + [
+        (
+            'peak_memory',
+            got['peak'],
+            'bytes (cuda max_memory_allocated)' if cuda else 'bytes (CPU resident-memory growth)',
+        ),
+        ('cache', got['cache'].nbytes, 'bytes'),
+        ('surgery_params', n_params(got['module']), 'count'),
         ('checkpoint', ck, 'bytes'),
     ]
     df = pd.DataFrame(rows, columns=['phase', 'value', 'unit'])
@@ -155,11 +210,11 @@ def calibration_cost(
         merged=str(merged_path),
         target=str(target_path),
         domain=domain,
-        kind=kind,
-        loss=loss,
-        iters=iters,
+        kind=settings.kind,
+        loss=settings.train.loss,
+        iters=settings.train.iters,
         device=str(dev),
-        side_by_side=side_by_side,
+        side_by_side=settings.side_by_side,
     )
     return df
 

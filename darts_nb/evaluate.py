@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import darts_home, atomic_write, write_json, check_choice, tmp_sibling
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_dataset', 'toy_task_config', 'paper_dataset',
            'paper_task_configs', 'humaneval_program', 'process_humaneval_results', 'gsm8k_number',
            'process_gsm8k_results', 'process_alpacaeval_results', 'alpaca_eval_outputs', 'JudgeError', 'check_judge',
-           'judge_dir', 'judge_alpaca_eval', 'evaluate_model']
+           'judge_dir', 'judge_alpaca_eval', 'EvalSettings', 'evaluate_model']
 
 # %% ../nbs/12_evaluate.ipynb #dae12bd5
 def tasks_dir() -> Path:
@@ -537,103 +539,153 @@ def _env_info_once(storage: dict) -> None:
         add_env_info(_ENV_INFO)
     storage.update({k: v for k, v in _ENV_INFO.items() if k != 'git_hash'})
 
+# %% ../nbs/12_evaluate.ipynb #226b5949
+@dataclass(frozen=True)
+class EvalSettings:
+    "How `evaluate_model` scores: the tasks, items, batches and seed; in the paper profile, its data and judge."
+
+    profile: str = 'toy'  # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
+    limit: int | None = None  # score only the first `limit` items per domain (tests, quick looks)
+    batch_size: int | str = 32  # generation batch size, or 'auto' (lm-eval finds the largest that fits)
+    seed: int = 0  # split seed and sampling seed
+    max_new_tokens: int | None = None  # override every task's generation budget
+    chat_template: bool = False  # apply the tokenizer's chat template to every prompt
+    log_samples: bool = False  # keep lm-eval's samples (generations) in `df.attrs['samples']`
+    paths: dict | None = None  # paper profile: {domain: local benchmark file}
+    n_calib: int = 50  # paper profile: calibration items held out of the scored part
+    judge: str | None = None  # paper profile: alpaca_eval annotators config (`judge_alpaca_eval`); None: not judged
+    reference: str | Path | None = None  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
+    out_dir: str | Path | None = None  # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
+    generator: str = 'darts_nb'  # paper profile: the model's name in the AlpacaEval outputs
+
+    def __post_init__(self):
+        check_choice(self.profile, ('toy', 'paper'), 'profile')
+
+# %% ../nbs/12_evaluate.ipynb #dbe85ed9
+def _task_configs(
+    domains,  # the domains to score
+    settings: EvalSettings,  # the evaluation's settings
+    tm,  # a TaskManager from `task_manager()`
+) -> dict:
+    "Domain -> lm-eval config of its task in the settings' profile, seed, generation budget and data."
+    s = settings
+    if s.profile == 'toy':
+        return {d: toy_task_config(d, seed=s.seed, max_new_tokens=s.max_new_tokens, tm=tm) for d in domains}
+    return paper_task_configs(
+        domains, seed=s.seed, max_new_tokens=s.max_new_tokens, paths=s.paths, n_calib=s.n_calib, tm=tm
+    )
+
+# %% ../nbs/12_evaluate.ipynb #32f1377e
+@contextmanager
+def _quiet_lm_eval():
+    "While lm-eval runs: its per-call warnings and datasets' progress bars off, the environment collected once."
+    import datasets.utils.logging as dlog
+    import lm_eval.evaluator
+
+    lg = logging.getLogger('lm_eval')
+    lvl = lg.level
+    lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
+    bars = dlog.is_progress_bar_enabled()
+    dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
+    lm_eval.evaluator.add_env_info = _env_info_once
+    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
+    try:
+        yield
+    finally:
+        lg.setLevel(lvl)
+        if bars:
+            dlog.enable_progress_bar()
+
+# %% ../nbs/12_evaluate.ipynb #67313717
+def _run_lm_eval(
+    model,  # an in-memory Hugging Face causal LM
+    tokenizer,  # its tokenizer
+    cfgs: dict,  # domain -> lm-eval task config (`_task_configs`)
+    tm,  # the TaskManager the configs came from
+    settings: EvalSettings,  # the evaluation's settings
+) -> dict:
+    "lm-eval's `simple_evaluate` of the tasks on the model, every seed the settings' and every sample logged."
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    s = settings
+    with _quiet_lm_eval():
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
+        return simple_evaluate(
+            model=lm,
+            tasks=list(cfgs.values()),
+            task_manager=tm,
+            limit=s.limit,
+            log_samples=True,
+            random_seed=s.seed,
+            numpy_random_seed=s.seed,
+            torch_random_seed=s.seed,
+            fewshot_random_seed=s.seed,
+            bootstrap_iters=1,  # closed-form stderr
+            apply_chat_template=s.chat_template,
+        )
+
+# %% ../nbs/12_evaluate.ipynb #ec974c5d
+def _judge_outputs(
+    samples: list,  # lm-eval's logged samples of the AlpacaEval task
+    settings: EvalSettings,  # the evaluation's settings (judge, reference, out_dir, generator, seed)
+) -> tuple[Path, dict | None]:
+    "The AlpacaEval outputs written (their path) and judged (`judge_alpaca_eval`; None when not judged)."
+    s = settings
+    out_path = Path(s.out_dir or darts_home() / 'alpaca_eval') / f'{s.generator}_seed{s.seed}_outputs.json'
+    path = write_json(out_path, alpaca_eval_outputs(samples, s.generator))
+    return path, judge_alpaca_eval(path, s.judge, s.reference)
+
+# %% ../nbs/12_evaluate.ipynb #30c8a4c4
+def _with_win_rates(
+    df: 'pd.DataFrame',  # the tidy rows (`_tidy`)
+    items: 'pd.DataFrame',  # the per-item rows (`_items`)
+    judged: dict,  # `judge_alpaca_eval`'s rows and item scores
+    samples: list,  # lm-eval's logged samples of the AlpacaEval task
+) -> tuple:
+    "(rows, items) with the judge's win rates in place of the instruct domain's generation count."
+    import pandas as pd
+
+    df = pd.concat(
+        [
+            df[~((df.domain == 'instruct') & (df.metric == 'generated'))],
+            pd.DataFrame([dict(domain='instruct', **r) for r in judged['rows']]),
+        ],
+        ignore_index=True,
+    )
+    scores = [
+        dict(domain='instruct', metric='win_rate', item=_item_id(s), value=judged['items'][s['doc']['instruction']])
+        for s in samples
+    ]
+    return df, pd.concat([items, pd.DataFrame(scores, columns=items.columns)], ignore_index=True)
+
 # %% ../nbs/12_evaluate.ipynb #b2c623b0
 def evaluate_model(
     model,  # an in-memory Hugging Face causal LM
     tokenizer,  # its tokenizer (pad token set)
     domains=('code', 'math', 'instruct'),  # the domains to score
-    profile: str = 'toy',  # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
-    limit: int | None = None,  # score only the first `limit` items per domain (tests, quick looks)
-    batch_size: int | str = 32,  # generation batch size, or 'auto' (lm-eval finds the largest that fits)
-    seed: int = 0,  # split seed and sampling seed
-    max_new_tokens: int | None = None,  # override every task's generation budget
-    log_samples: bool = False,  # keep lm-eval's samples (generations) in `df.attrs['samples']`
-    paths: dict | None = None,  # paper profile: {domain: local benchmark file}
-    judge: str | None = None,  # paper profile: alpaca_eval annotators config (`judge_alpaca_eval`); None: not judged
-    out_dir: str | Path | None = None,  # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
-    generator: str = 'darts_nb',  # paper profile: the model's name in the AlpacaEval outputs
-    chat_template: bool = False,  # apply the tokenizer's chat template to every prompt
-    n_calib: int = 50,  # paper profile: calibration items held out of the scored part
-    reference: str | Path | None = None,  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
+    settings: EvalSettings = EvalSettings(),  # the tasks, items, batches and seed; the paper profile's data, judge
 ) -> 'pd.DataFrame':
     "Score `model` with lm-eval: a frame of domain, metric, value (%), n, stderr (%); items in `df.attrs['items']`."
-    import logging
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
-
     if isinstance(domains, str):
         domains = (domains,)
-    check_choice(profile, ('toy', 'paper'), 'profile')
+    if not isinstance(settings, EvalSettings):
+        raise TypeError(f"settings: expected an EvalSettings, got {type(settings).__name__}")
     tm = task_manager()
-    if profile == 'toy':
-        cfgs = {d: toy_task_config(d, seed=seed, max_new_tokens=max_new_tokens, tm=tm) for d in domains}
-    else:
-        cfgs = paper_task_configs(
-            domains, seed=seed, max_new_tokens=max_new_tokens, paths=paths, n_calib=n_calib, tm=tm
-        )
-    alpaca = profile == 'paper' and 'instruct' in cfgs
-    lg = logging.getLogger('lm_eval')
-    lvl = lg.level
-    lg.setLevel(logging.ERROR)  # its per-call warnings are about our own choices
-    import datasets.utils.logging as dlog
-
-    bars = dlog.is_progress_bar_enabled()
-    dlog.disable_progress_bar()  # 'Generating test split' bars for our in-memory tasks
-    import lm_eval.evaluator
-
-    lm_eval.evaluator.add_env_info = _env_info_once
-    lm_eval.evaluator.get_git_commit_hash = _git_hash_once
-    try:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-        out = simple_evaluate(
-            model=lm,
-            tasks=list(cfgs.values()),
-            task_manager=tm,
-            limit=limit,
-            log_samples=True,
-            random_seed=seed,
-            numpy_random_seed=seed,
-            torch_random_seed=seed,
-            fewshot_random_seed=seed,
-            bootstrap_iters=1,  # closed-form stderr
-            apply_chat_template=chat_template,
-        )
-    finally:
-        lg.setLevel(lvl)
-        if bars:
-            dlog.enable_progress_bar()
+    cfgs = _task_configs(domains, settings, tm=tm)
+    out = _run_lm_eval(model, tokenizer, cfgs, tm=tm, settings=settings)
     df, items = _tidy(out, cfgs), _items(out, cfgs)
     judged = None
-    if alpaca:
-        import pandas as pd
-
+    if settings.profile == 'paper' and 'instruct' in cfgs:
         samples = out['samples'][cfgs['instruct']['task']]
-        out_path = Path(out_dir or darts_home() / 'alpaca_eval') / f'{generator}_seed{seed}_outputs.json'
-        path = write_json(out_path, alpaca_eval_outputs(samples, generator))
         # unjudged, the 'generated' count stays: what was generated, never a score
-        judged = judge_alpaca_eval(path, judge, reference)
+        path, judged = _judge_outputs(samples, settings)
         if judged:
-            df = pd.concat(
-                [
-                    df[~((df.domain == 'instruct') & (df.metric == 'generated'))],
-                    pd.DataFrame([dict(domain='instruct', **r) for r in judged['rows']]),
-                ],
-                ignore_index=True,
-            )
-            scores = [
-                dict(
-                    domain='instruct',
-                    metric='win_rate',
-                    item=_item_id(s),
-                    value=judged['items'][s['doc']['instruction']],
-                )
-                for s in samples
-            ]
-            items = pd.concat([items, pd.DataFrame(scores, columns=items.columns)], ignore_index=True)
+            df, items = _with_win_rates(df, items, judged=judged, samples=samples)
         df.attrs['alpaca_eval_outputs'] = str(path)
     df.attrs['items'] = items[~((items.domain == 'instruct') & (items.metric == 'generated'))].reset_index(drop=True)
     if judged:
         df.attrs['alpaca_eval_annotations'] = judged['annotations']
-    if log_samples:
+    if settings.log_samples:
         df.attrs['samples'] = out.get('samples', {})
     return df

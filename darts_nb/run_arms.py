@@ -16,8 +16,8 @@ from .surgery import make_surgery
 from .surgery_files import save_surgery
 from .hooks import surgery
 from .arms import Arm
-from .cache import get_or_build_cache
-from .train import train_surgery, argmax_agreement
+from .cache import CacheSettings, get_or_build_cache
+from .train import TrainSettings, train_surgery, argmax_agreement
 from .bias import token_bias
 from .runs import Run, recorded, recorded_items, evaluate_in_run, record_job, run_jobs
 from .stages import merges_dir, need_merge, merge_state, stage_merges
@@ -51,7 +51,7 @@ def run_cache(
         merged,
         target,
         texts,
-        max_len=512,
+        settings=CacheSettings(max_len=512),
         device=run.device,
         root=run.home / 'caches',
         progress=False,
@@ -94,9 +94,8 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head, cac
     config = merged.config
     module = make_surgery(arm.kind, config.hidden_size, rank=arm.rank, vocab_size=config.vocab_size)
     module = module.to(cache.device)
-    hist = train_surgery(
-        module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False
-    )
+    settings = TrainSettings(loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed)
+    hist = train_surgery(module, cache, settings, head=head, progress=False)
     module.eval()
     save_surgery(
         module,

@@ -32,7 +32,7 @@ from .executors import Job, execute, make_executor
 from .arms import Arm, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, PAPER_SEEDS  # noqa: F401
 from .cache import release_memory
 from .store import record, load_results, load_items, results_path, check_store, RESULT_COLUMNS
-from .evaluate import evaluate_model
+from .evaluate import EvalSettings, evaluate_model
 from .lease import clean_stale
 
 # %% auto #0
@@ -419,13 +419,15 @@ def evaluate_in_run(
         model,
         tok,
         domains=list(domains),
-        profile=run.eval_profile,
-        limit=run.eval_limit,
-        batch_size=run.eval_batch_size,
-        judge=run.judge,
-        out_dir=run.shared / 'alpaca_eval',
-        generator=re.sub(r'[^\w.+-]', '-', name),
-        n_calib=n_calib,
+        settings=EvalSettings(
+            profile=run.eval_profile,
+            limit=run.eval_limit,
+            batch_size=run.eval_batch_size,
+            judge=run.judge,
+            out_dir=run.shared / 'alpaca_eval',
+            generator=re.sub(r'[^\w.+-]', '-', name),
+            n_calib=n_calib,
+        ),
     )
 
 # %% ../nbs/15_runs.ipynb #b2e0f08c

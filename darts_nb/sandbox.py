@@ -64,6 +64,53 @@ def _check_limits(
     if allow_unsafe is not None and type(allow_unsafe) is not bool:
         raise ValueError(f'allow_unsafe: expected True, False or None, got {allow_unsafe!r}')
 
+# %% ../nbs/01_sandbox.ipynb #9146997b
+def _exit_status(
+    rc: int | None,  # the exit status; None when the program ran out of time
+    err: bytes,  # its stderr
+) -> str:
+    "How a program alone ended: 'timeout', 'exited', 'failed' (an assert, or nothing said) or 'error'."
+    if rc is None:
+        return 'timeout'
+    if rc == 0:
+        return 'exited'
+    if (rc == 125 and b'darts sandbox:' in err) or rc < 0:
+        return 'error'
+    last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
+    return 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
+
+# %% ../nbs/01_sandbox.ipynb #05d2528d
+def _run_alone(
+    program: str,  # Python source (untrusted)
+    timeout: float,  # wall-clock seconds before the program is killed
+    output_kb: int,  # stdout/stderr kept in the result, in KiB
+    lims: dict,  # the sandbox's limits (`_sandboxed`'s memory_mb, max_procs, file_mb, scratch_mb, allow_unsafe)
+) -> CodeResult:
+    "Run `program` alone in the sandbox until it ends or its time is up: what happened, never `passed`."
+    t0 = time.monotonic()
+    with _sandboxed(program, timeout, **lims) as (p, box):
+        timed_out = False
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        seconds = time.monotonic() - t0
+        _kill(p)  # background children too, before the output is read
+        out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
+        layers, uid = _layers(box), p.uid
+    _refused(err)
+    rc = None if timed_out else p.returncode
+    return CodeResult(
+        passed=False,
+        status=_exit_status(rc, err),
+        stdout=_truncate(out, output_kb << 10),
+        stderr=_truncate(err, output_kb << 10),
+        seconds=round(seconds, 3),
+        returncode=rc,
+        sandbox=layers,
+        uid=uid,
+    )
+
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
 def run_code(
     program: str,  # Python source (untrusted): a completion, possibly with its own asserts
@@ -106,40 +153,7 @@ def run_code(
             uid=r['uid'],
             detail=r['detail'],
         )
-    t0 = time.monotonic()
-    with _sandboxed(program, timeout, **lims) as (p, box):
-        timed_out = False
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        seconds = time.monotonic() - t0
-        _kill(p)  # background children too, before the output is read
-        out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
-        layers, uid = _layers(box), p.uid
-    _refused(err)
-    rc = None if timed_out else p.returncode
-    if timed_out:
-        status = 'timeout'
-    elif rc == 0:
-        status = 'exited'
-    elif rc == 125 and b'darts sandbox:' in err:
-        status = 'error'
-    elif rc < 0:
-        status = 'error'
-    else:
-        last = err.decode('utf-8', 'replace').strip().splitlines()[-1:] or ['']
-        status = 'failed' if (not last[0] or last[0].startswith('AssertionError')) else 'error'
-    return CodeResult(
-        passed=False,
-        status=status,
-        stdout=_truncate(out, output_kb << 10),
-        stderr=_truncate(err, output_kb << 10),
-        seconds=round(seconds, 3),
-        returncode=rc,
-        sandbox=layers,
-        uid=uid,
-    )
+    return _run_alone(program, timeout, output_kb=output_kb, lims=lims)
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
 def encode_value(

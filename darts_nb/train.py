@@ -7,6 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/train.html.md"""
 # %% ../nbs/07_train.ipynb #8145c66e
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 from .core import positions_from_mask, check_int, check_number
@@ -16,7 +17,8 @@ from .bias import token_bias
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['batch_order', 'zero_pads', 'all_finite', 'train_surgery', 'l1_reduction', 'token_agreement', 'argmax_agreement']
+__all__ = ['TrainSettings', 'batch_order', 'zero_pads', 'all_finite', 'train_surgery', 'l1_reduction', 'token_agreement',
+           'argmax_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -34,22 +36,42 @@ def _frozen_weight(head, device) -> torch.Tensor:
         raise TypeError(f"head: expected an LM head module or a V x H weight tensor, got {type(head).__name__}")
     return w.detach().to(device, torch.float32)
 
+# %% ../nbs/07_train.ipynb #7a651ea4
+@dataclass(frozen=True)
+class TrainSettings:
+    "How a surgery module is trained (the paper's settings by default); a value that cannot train is refused here."
+
+    loss: str = 'ewl1'  # a name in darts_nb.losses.LOSSES
+    iters: int = 500  # optimiser steps
+    lr: float = 1e-3  # Adam learning rate
+    batch_size: int = 8  # prompts per step
+    seed: int = 0  # fixes the shuffle order (and nothing else)
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam betas
+
+    def __post_init__(self):
+        get_loss(self.loss)
+        check_int(self.iters, 'iters')
+        check_int(self.batch_size, 'batch_size')
+        check_number(self.lr, 'lr', lo=0, lo_open=True)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise ValueError(f"betas: expected two numbers in [0, 1), got {self.betas!r}")
+        for i, b in enumerate(self.betas):
+            check_number(b, f'betas[{i}]', lo=0, hi=1, hi_open=True)
+        check_int(self.seed, 'seed', lo=None)
+
 # %% ../nbs/07_train.ipynb #bd7acab0
-def _check_train_args(cache, loss, *, iters, batch_size, lr, head, betas=(0.9, 0.999), seed=0):
-    "A clear error for inputs that cannot train: the cache, the loss, and each hyper-parameter."
+def _check_train_inputs(
+    cache: HiddenCache,  # calibration hidden states
+    settings: TrainSettings,  # how to train
+    head,  # the expert's LM head, or None
+) -> None:
+    "A clear error for inputs that cannot train: the cache, the settings, and the head the loss needs."
     if not isinstance(cache, HiddenCache):
         raise TypeError(f"cache: expected a HiddenCache, got {type(cache).__name__}")
-    get_loss(loss)
-    check_int(iters, 'iters')
-    check_int(batch_size, 'batch_size')
-    check_number(lr, 'lr', lo=0, lo_open=True)
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
-    for i, b in enumerate(betas):
-        check_number(b, f'betas[{i}]', lo=0, hi=1, hi_open=True)
-    check_int(seed, 'seed', lo=None)
-    if 'head' in LOSS_NEEDS[loss] and head is None:
-        raise ValueError(f"loss={loss!r} needs head= (the expert's LM head), got None")
+    if not isinstance(settings, TrainSettings):
+        raise TypeError(f"settings: expected a TrainSettings, got {type(settings).__name__}")
+    if 'head' in LOSS_NEEDS[settings.loss] and head is None:
+        raise ValueError(f"loss={settings.loss!r} needs head= (the expert's LM head), got None")
     cache.check()
 
 # %% ../nbs/07_train.ipynb #f5a0f903
@@ -98,10 +120,16 @@ def zero_pads(
     return out
 
 # %% ../nbs/07_train.ipynb #d722827b
-def _diverged(step, iters, *, value, lr, loss, what):
+def _diverged(
+    step: int,  # the step that went wrong
+    settings: TrainSettings,  # how the module was trained
+    value: float,  # the loss value at that step
+    what: str,  # what is no longer finite
+) -> FloatingPointError:
     "The error that stops a training whose loss or parameters are no longer finite."
+    s = settings
     return FloatingPointError(
-        f"train_surgery: {what} at step {step} of {iters} (loss={loss!r}, loss value {value}, lr={lr}): "
+        f"train_surgery: {what} at step {step} of {s.iters} (loss={s.loss!r}, loss value {value}, lr={s.lr}): "
         f"training diverged and is stopped; try a smaller lr"
     )
 
@@ -117,38 +145,34 @@ def all_finite(
 def train_surgery(
     module: torch.nn.Module,  # a surgery module: forward(h, positions) -> corrected h
     cache: HiddenCache,  # calibration hidden states
-    loss: str = 'ewl1',  # a name in darts_nb.losses.LOSSES
-    iters: int = 500,  # optimiser steps
-    lr: float = 1e-3,  # Adam learning rate
-    batch_size: int = 8,  # prompts per step
-    seed: int = 0,  # fixes the shuffle order (and nothing else)
+    settings: TrainSettings = TrainSettings(),  # the loss, steps, learning rate, batches and seed
     head=None,  # the expert's LM head (module or weight), required for 'kl' and 'ce'
     progress: bool = True,  # show a tqdm bar
-    betas: tuple[float, float] = (0.9, 0.999),  # Adam betas
 ) -> list[float]:
     "Train `module` in place on `cache`; returns the loss after each step."
-    _check_train_args(cache, loss, iters=iters, batch_size=batch_size, lr=lr, head=head, betas=betas, seed=seed)
+    _check_train_inputs(cache, settings, head=head)
+    s = settings
     cache, dev = zero_pads(cache), _module_device(module)
     w = None if head is None else _frozen_weight(head, dev)
     params = list(module.parameters())
-    opt = torch.optim.Adam(params, lr=lr, betas=betas)
+    opt = torch.optim.Adam(params, lr=s.lr, betas=s.betas)
     module.train()
     hist = []
-    order = batch_order(len(cache), batch_size, iters, seed=seed)
-    bar = tqdm(order, total=iters, desc=f'surgery/{loss}', disable=not progress)
+    order = batch_order(len(cache), s.batch_size, s.iters, seed=s.seed)
+    bar = tqdm(order, total=s.iters, desc=f'surgery/{s.loss}', disable=not progress)
     for step, idx in enumerate(bar, 1):
         hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
         pred = apply_surgery(module, hm, pos, ids=ids)
-        value = compute_loss(loss, pred, hk, mask=m, entropy=ent, head=w)
+        value = compute_loss(s.loss, pred, hk, mask=m, entropy=ent, head=w)
         opt.zero_grad(set_to_none=True)
         value.backward()
         hist.append(value.item())
         # checked before the step: the weights are still finite
         if not math.isfinite(hist[-1]):
-            raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='the loss is not finite')
+            raise _diverged(step, s, value=hist[-1], what='the loss is not finite')
         opt.step()
         if not all_finite(params):
-            raise _diverged(step, iters, value=hist[-1], lr=lr, loss=loss, what='a parameter became NaN or inf')
+            raise _diverged(step, s, value=hist[-1], what='a parameter became NaN or inf')
         if step % 10 == 0:
             bar.set_postfix(loss=f'{hist[-1]:.4g}')
     module.eval()

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from darts_nb import core
-from darts_nb.cache import HiddenCache, TENSORS, META, cache_key, cache_path, get_or_build_cache
+from darts_nb.cache import HiddenCache, TENSORS, META, cache_key, cache_path, get_or_build_cache, CacheSettings
 from darts_nb import cache as cache_mod
 from darts_nb.core import tiny_llama
 from darts_nb.surgery import (
@@ -37,7 +37,7 @@ from darts_nb.surgery import (
     OLD_CONFIG,
     OLD_WEIGHTS,
 )
-from darts_nb.train import train_surgery
+from darts_nb.train import train_surgery, TrainSettings
 from conftest import temporaries
 
 H = 8
@@ -504,7 +504,7 @@ def test_bad_hyperparameters_are_refused_up_front(kw, value, text):
     m = filled(0.5)
     before = {k: v.clone() for k, v in m.state_dict().items()}
     with pytest.raises(ValueError, match=kw) as e:
-        train_surgery(m, tiny_cache(), 'l1', **{'iters': 3, kw: value}, progress=False)
+        train_surgery(m, tiny_cache(), TrainSettings(loss='l1', **{'iters': 3, kw: value}), progress=False)
     assert text in str(e.value)
     assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())  # not a single step taken
 
@@ -513,7 +513,7 @@ def test_divergence_stops_with_the_step_loss_and_lr():
     torch.manual_seed(0)
     m = PositionSurgery(H, 2, 8)
     with pytest.raises(FloatingPointError) as e:
-        train_surgery(m, tiny_cache(), 'l1', iters=5, lr=1e30, progress=False)
+        train_surgery(m, tiny_cache(), TrainSettings(loss='l1', iters=5, lr=1e30), progress=False)
     msg = str(e.value)
     assert 'at step 2 of 5' in msg
     assert 'lr=1e+30' in msg
@@ -530,7 +530,7 @@ def test_nonfinite_gradient_stops_training():
 
     m.b.register_hook(hook)
     with pytest.raises(FloatingPointError, match='a parameter became NaN or inf at step 1 of 4'):
-        train_surgery(m, tiny_cache(), 'l1', iters=4, progress=False)
+        train_surgery(m, tiny_cache(), TrainSettings(loss='l1', iters=4), progress=False)
 
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
@@ -546,7 +546,9 @@ def test_nonfinite_values_at_pads_do_not_poison_training(bad, loss):
     def run(c):
         torch.manual_seed(0)
         m = PositionSurgery(H, 2, 8)
-        return train_surgery(m, c, loss, iters=6, lr=1e-2, batch_size=4, head=head, progress=False), m
+        return train_surgery(
+            m, c, TrainSettings(loss=loss, iters=6, lr=1e-2, batch_size=4), head=head, progress=False
+        ), m
 
     (h1, m1), (h2, m2) = run(clean), run(poisoned)
     assert h1 == h2
@@ -823,9 +825,8 @@ def fake_build(monkeypatch):
     "`build_cache` replaced by a stub recording its calls; the cache it returns says which inputs it came from."
     calls = []
 
-    def build_cache(
-        m, t, tok, prompts, max_len, dtype, device, batch_size, target_tokenizer=None, progress=True, spans=None
-    ):
+    def build_cache(m, t, tok, prompts, settings, device, target_tokenizer=None, progress=True, spans=None):
+        max_len = settings.max_len
         calls.append((m, t, tuple(prompts), max_len, spans))
         c = versioned_cache(len(calls), N=len(prompts), T=max_len, Hc=4)
         c.meta.update(prompt_hash=core.stable_hash(list(prompts)), max_len=max_len)
@@ -847,7 +848,7 @@ def _get(root, merged, expert, prompts=('a', 'b'), max_len=4, spans=None):
         merged,
         expert,
         list(prompts),
-        max_len=max_len,
+        settings=CacheSettings(max_len=max_len),
         device='cpu',
         root=root,
         progress=False,

@@ -17,7 +17,7 @@ import pytest
 import torch
 import darts_nb.runs as runs_mod
 import darts_nb.zoo as zoo_mod
-from darts_nb.cache import build_cache, get_or_build_cache
+from darts_nb.cache import build_cache, get_or_build_cache, CacheSettings
 from darts_nb.zoo import build_zoo, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,12 +42,22 @@ def test_get_or_build_cache_holds_one_model_at_a_time(tmp_path, monkeypatch):
     zoo = build_zoo('ci')
     spy = Spy(zoo_mod.load_model)
     monkeypatch.setattr(zoo_mod, 'load_model', spy)  # get_or_build_cache's default loader
-    c = get_or_build_cache(zoo['base'], zoo['code'], PROMPTS, max_len=16, device='cpu', root=tmp_path, progress=False)
+    c = get_or_build_cache(
+        zoo['base'],
+        zoo['code'],
+        PROMPTS,
+        settings=CacheSettings(max_len=16),
+        device='cpu',
+        root=tmp_path,
+        progress=False,
+    )
     assert spy.paths == ['base', 'code']
     assert spy.alive_at_load == [[], []]  # the merged model was gone before the expert was loaded
     monkeypatch.undo()
     (base, tok), (code, _) = load_model(zoo['base'], device='cpu'), load_model(zoo['code'], device='cpu')
-    both = build_cache(base, code, tok, PROMPTS, max_len=16, device='cpu', progress=False)  # side by side
+    both = build_cache(
+        base, code, tok, PROMPTS, settings=CacheSettings(max_len=16), device='cpu', progress=False
+    )  # side by side
     for k in ('merged', 'target', 'entropy', 'mask', 'ids'):
         assert torch.equal(getattr(c, k), getattr(both, k)), k
 

@@ -4,7 +4,7 @@ import json
 import warnings
 from pathlib import Path
 import pytest
-from darts_nb.evaluate import evaluate_model, humaneval_program, toy_task_config
+from darts_nb.evaluate import evaluate_model, EvalSettings, humaneval_program, toy_task_config
 from darts_nb.benchmarks import paper_split, paper_items, calib_eval_split
 from darts_nb.sandbox import run_code
 
@@ -12,7 +12,7 @@ from darts_nb.sandbox import run_code
 def test_bad_arguments(code_model):
     m, tok = code_model
     with pytest.raises(ValueError, match='profile'):
-        evaluate_model(m, tok, profile='huge')
+        evaluate_model(m, tok, settings=EvalSettings(profile='huge'))
     with pytest.raises(ValueError, match='domain'):
         toy_task_config('poetry')
     with pytest.raises(ValueError, match='domain'):
@@ -61,12 +61,9 @@ def test_paper_profile_local_files(tmp_path, code_model):
             m,
             tok,
             domains=('math', 'instruct'),
-            profile='paper',
-            paths=paths,
-            limit=2,
-            max_new_tokens=6,
-            out_dir=tmp_path / 'ae',
-            batch_size=2,
+            settings=EvalSettings(
+                profile='paper', paths=paths, limit=2, max_new_tokens=6, out_dir=tmp_path / 'ae', batch_size=2
+            ),
         )
     assert any('AlpacaEval not judged' in str(x.message) for x in w)
     assert df[df.domain == 'math'].metric.tolist() == ['exact_match']

@@ -11,7 +11,7 @@ from pathlib import Path
 from unittest.mock import patch
 import pytest
 from darts_nb.core import write_json
-from darts_nb.evaluate import JudgeError, check_judge, evaluate_model, judge_alpaca_eval, judge_dir
+from darts_nb.evaluate import JudgeError, EvalSettings, check_judge, evaluate_model, judge_alpaca_eval, judge_dir
 from darts_nb.stand_in_judge import StandInJudge, stand_in_glm, stand_in_preference
 
 N = 6
@@ -240,10 +240,12 @@ def test_evaluate_model_records_the_judged_win_rate_and_its_items(tmp_path, monk
         for i in range(53)
     ]
     ae = write_json(tmp_path / 'alpaca.json', items)  # the benchmark (50 calibration items held out) and reference
-    kw = dict(domains=('instruct',), profile='paper', paths={'instruct': ae}, limit=3, max_new_tokens=6, batch_size=3)
+    kw = dict(
+        profile='paper', paths={'instruct': ae}, limit=3, max_new_tokens=6, batch_size=3, judge='alpaca_eval_gpt4'
+    )
     with StandInJudge() as judge, patch.dict(os.environ, judge.env()), warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        df = evaluate_model(m, tok, out_dir=tmp_path / 'out', judge='alpaca_eval_gpt4', reference=ae, **kw)
+        df = evaluate_model(m, tok, ['instruct'], settings=EvalSettings(out_dir=tmp_path / 'out', reference=ae, **kw))
     outs = json.loads(Path(df.attrs['alpaca_eval_outputs']).read_text())
     ref = {r['instruction']: r['output'] for r in items}
     scores = [
@@ -266,5 +268,5 @@ def test_evaluate_model_records_the_judged_win_rate_and_its_items(tmp_path, monk
     down.close()
     with patch.dict(os.environ, down.env()), warnings.catch_warnings(), pytest.raises(JudgeError, match='Connection'):
         warnings.simplefilter('ignore')
-        evaluate_model(m, tok, out_dir=tmp_path / 'down', judge='alpaca_eval_gpt4', reference=ae, **kw)
+        evaluate_model(m, tok, ['instruct'], settings=EvalSettings(out_dir=tmp_path / 'down', reference=ae, **kw))
     assert len(list((tmp_path / 'down').glob('*_outputs.json'))) == 1  # the generations stay, for another judging

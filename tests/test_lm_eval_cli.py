@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from darts_nb.core import darts_home
-from darts_nb.evaluate import tasks_dir, evaluate_model
+from darts_nb.evaluate import tasks_dir, evaluate_model, EvalSettings
 from darts_nb.surgery import PositionSurgery, save_surgery, attach_surgery, load_surgery
 from darts_nb.zoo import load_model
 
@@ -116,7 +116,7 @@ def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_appli
     )  # the correction reached the score
     model, tok = load_model(str(expert), 'cpu')
     attach_surgery(model, load_surgery(runs['module']))
-    df = evaluate_model(model, tok, ['math'], limit=LIMIT)
+    df = evaluate_model(model, tok, ['math'], settings=EvalSettings(limit=LIMIT))
     assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
 
 

@@ -6,7 +6,7 @@ import torch
 from darts_nb.cache import HiddenCache
 from darts_nb.core import positions_from_mask
 from darts_nb.losses import l1_loss, ewl1_loss, kl_logits_loss, ce_distill_loss, get_loss, compute_loss, LOSSES
-from darts_nb.train import train_surgery, l1_reduction, argmax_agreement, batch_order
+from darts_nb.train import train_surgery, TrainSettings, l1_reduction, argmax_agreement, batch_order
 from darts_nb.surgery import make_surgery, SURGERY_KINDS
 
 
@@ -39,44 +39,79 @@ def poisoned(value):
 BAD = [  # (description, call, exception, text the message must contain)
     (
         'NaN in cache',
-        lambda: train_surgery(Shift(4), poisoned(float('nan')), 'l1', iters=2, progress=False),
+        lambda: train_surgery(Shift(4), poisoned(float('nan')), TrainSettings(loss='l1', iters=2), progress=False),
         ValueError,
         'NaN',
     ),
     (
         'inf in cache',
-        lambda: train_surgery(Shift(4), poisoned(float('inf')), 'l1', iters=2, progress=False),
+        lambda: train_surgery(Shift(4), poisoned(float('inf')), TrainSettings(loss='l1', iters=2), progress=False),
         ValueError,
         'inf',
     ),
     (
         'empty calibration set',
-        lambda: train_surgery(Shift(4), cache()[[]], 'l1', iters=2, progress=False),
+        lambda: train_surgery(Shift(4), cache()[[]], TrainSettings(loss='l1', iters=2), progress=False),
         ValueError,
         'empty',
     ),
-    ('iters 0', lambda: train_surgery(Shift(4), cache(), 'l1', iters=0, progress=False), ValueError, 'iters'),
-    ('iters negative', lambda: train_surgery(Shift(4), cache(), 'l1', iters=-3, progress=False), ValueError, 'iters'),
-    ('iters float', lambda: train_surgery(Shift(4), cache(), 'l1', iters=2.5, progress=False), ValueError, 'iters'),
-    ('unknown loss', lambda: train_surgery(Shift(4), cache(), 'mse', iters=2, progress=False), ValueError, "'mse'"),
-    ('kl without head', lambda: train_surgery(Shift(4), cache(), 'kl', iters=2, progress=False), ValueError, 'head'),
-    ('ce without head', lambda: train_surgery(Shift(4), cache(), 'ce', iters=2, progress=False), ValueError, 'head'),
+    (
+        'iters 0',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='l1', iters=0), progress=False),
+        ValueError,
+        'iters',
+    ),
+    (
+        'iters negative',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='l1', iters=-3), progress=False),
+        ValueError,
+        'iters',
+    ),
+    (
+        'iters float',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='l1', iters=2.5), progress=False),
+        ValueError,
+        'iters',
+    ),
+    (
+        'unknown loss',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='mse', iters=2), progress=False),
+        ValueError,
+        "'mse'",
+    ),
+    (
+        'kl without head',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='kl', iters=2), progress=False),
+        ValueError,
+        'head',
+    ),
+    (
+        'ce without head',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='ce', iters=2), progress=False),
+        ValueError,
+        'head',
+    ),
     (
         'batch_size 0',
-        lambda: train_surgery(Shift(4), cache(), 'l1', iters=2, batch_size=0, progress=False),
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='l1', iters=2, batch_size=0), progress=False),
         ValueError,
         'batch_size',
     ),
-    ('lr 0', lambda: train_surgery(Shift(4), cache(), 'l1', iters=2, lr=0.0, progress=False), ValueError, 'lr'),
+    (
+        'lr 0',
+        lambda: train_surgery(Shift(4), cache(), TrainSettings(loss='l1', iters=2, lr=0.0), progress=False),
+        ValueError,
+        'lr',
+    ),
     (
         'not a cache',
-        lambda: train_surgery(Shift(4), {'merged': 1}, 'l1', iters=2, progress=False),
+        lambda: train_surgery(Shift(4), {'merged': 1}, TrainSettings(loss='l1', iters=2), progress=False),
         TypeError,
         'HiddenCache',
     ),
     (
         'module without parameters',
-        lambda: train_surgery(torch.nn.Identity(), cache(), 'l1', iters=2, progress=False),
+        lambda: train_surgery(torch.nn.Identity(), cache(), TrainSettings(loss='l1', iters=2), progress=False),
         ValueError,
         'parameters',
     ),
@@ -146,11 +181,13 @@ def test_training_reduces_a_position_bias_and_is_seeded():
     calib, held = c.split(12)
     torch.manual_seed(0)
     mod = Shift(4)
-    h = train_surgery(mod, calib, 'l1', iters=200, lr=1e-2, batch_size=4, progress=False)
+    h = train_surgery(mod, calib, TrainSettings(loss='l1', iters=200, lr=1e-2, batch_size=4), progress=False)
     assert h[-1] < h[0]
     assert l1_reduction(mod, held) > 0.5
     runs = [
-        train_surgery(Shift(4), calib, 'ewl1', iters=9, lr=1e-2, batch_size=4, seed=s, progress=False)
+        train_surgery(
+            Shift(4), calib, TrainSettings(loss='ewl1', iters=9, lr=1e-2, batch_size=4, seed=s), progress=False
+        )
         for s in (0, 0, 1)
     ]
     assert runs[0] == runs[1]
@@ -164,7 +201,7 @@ def test_head_losses_train_and_agreement():
     assert argmax_agreement(None, HiddenCache(c.target, c.target, c.entropy, c.mask), head) == 1.0
     for loss in ('kl', 'ce'):
         mod = Shift(4)
-        h = train_surgery(mod, c, loss, iters=40, lr=1e-2, head=head, progress=False)
+        h = train_surgery(mod, c, TrainSettings(loss=loss, iters=40, lr=1e-2), head=head, progress=False)
         assert all(math.isfinite(x) for x in h)
         assert head.weight.grad is None
     assert kl_logits_loss(c.target.float(), c.target.float(), c.mask, head) < 1e-6
