@@ -11,6 +11,7 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import darts_home, atomic_write, write_json, check_choice, tmp_sibling
@@ -611,6 +612,9 @@ def _run_lm_eval(
     s = settings
     with _quiet_lm_eval():
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
+        if os.environ.get('TQDM_DISABLE'):  # libraries' bars off (core.quiet_libraries): its request bars too, whose
+            lm.generate_until = partial(lm.generate_until, disable_tqdm=True)  # `disable` lm-eval passes itself
+            lm.loglikelihood = partial(lm.loglikelihood, disable_tqdm=True)
         return simple_evaluate(
             model=lm,
             tasks=list(cfgs.values()),
