@@ -22,8 +22,8 @@ from .stats import verdict
 from .report import Experiment, Section, Table, claim, ci, paper_rows
 
 # %% auto #0
-__all__ = ['ABLATIONS', 'LOSS', 'MODULE', 'VARIANTS', 'STEPS', 'RANK', 'CALIB', 'LR', 'RECORDS', 'Ablation', 'ablation_table',
-           'beats', 'margin', 'spread', 'shortfall', 'ablation_record']
+__all__ = ['ABLATIONS', 'LOSS', 'MODULE', 'VARIANTS', 'STEPS', 'RANK', 'CALIB', 'LR', 'Ablation', 'ablation_table', 'beats',
+           'margin', 'spread', 'shortfall', 'ablation_record']
 
 # %% ../nbs/19_ablations.ipynb #e4d97199
 @dataclass(frozen=True)
@@ -413,5 +413,3 @@ LR = ablation_record(
     'Figure 3',
     extra=_figure3,
 )
-
-RECORDS = (LOSS, MODULE, VARIANTS, STEPS, RANK, CALIB, LR)  # in the report's order

@@ -36,7 +36,7 @@ from .bias import token_bias, bias_by_position
 from .arms import Arm, DARTS, STANDARD_L1
 from .runs import Run, evaluate_in_run
 from .run_arms import calib_texts, run_cache
-from .stats import bootstrap_stat, reduction_ci, verdict, all_verdict
+from .stats import bootstrap_stat, reduction_ci, verdict, all_verdict, interval_text
 from .report import Experiment, Section, Table, claim, ci
 
 # %% auto #0
@@ -277,7 +277,7 @@ def _cell(r: dict, unit: str = '', digits: int = 1) -> str:
         return '–'
     if lo != lo or hi != hi:
         return f'{est:.{digits}f}{unit}'
-    return f'{est:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]'
+    return interval_text(est, lo, hi, spec=f'.{digits}f', unit=unit)
 
 # %% ../nbs/20a_control.ipynb #23d680a1
 def _share(m: pd.Series) -> float:

@@ -27,23 +27,16 @@ if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
 # %% auto #0
-__all__ = ['QUIET_ENV', 'darts_home', 'home_dir', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask',
-           'tiny_llama', 'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash',
-           'path_fingerprint', 'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write',
-           'write_json', 'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'quiet_libraries', 'pyplot',
-           'save_figure', 'in_notebook', 'check_int', 'check_number', 'check_choice', 'moved_name']
+__all__ = ['QUIET_ENV', 'darts_home', 'set_seed', 'default_device', 'default_dtype', 'positions_from_mask', 'tiny_llama',
+           'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
+           'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json',
+           'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'quiet_libraries', 'pyplot', 'save_figure',
+           'in_notebook', 'check_int', 'check_number', 'check_choice', 'moved_name']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
     "The root directory for the zoo, merges and runs: `$DARTS_HOME` or `~/.cache/darts_nb`."
     return Path(os.environ.get('DARTS_HOME', Path.home() / '.cache' / 'darts_nb')).expanduser().absolute()
-
-# %% ../nbs/00_core.ipynb #f8e5a6cc
-def home_dir(*parts: str) -> Path:
-    "A sub-directory of `darts_home()`, created if missing."
-    p = darts_home().joinpath(*parts)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 # %% ../nbs/00_core.ipynb #35bb445f
 def set_seed(
@@ -156,14 +149,6 @@ def final_hidden(
     h = out.last_hidden_state
     return h, (lm_head(model)(h) if return_logits else None)
 
-# %% ../nbs/00_core.ipynb #b07e9086
-def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
-    "Entropy (nats) of each row of a 2-D logit tensor, computed in float32."
-    import torch.nn.functional as F
-
-    lp = F.log_softmax(logits.float(), -1)
-    return -(lp.exp() * lp).sum(-1)
-
 # %% ../nbs/00_core.ipynb #f6a67d2c
 def token_entropy(
     logits: torch.Tensor,  # ... x V logits, any float dtype
@@ -171,11 +156,13 @@ def token_entropy(
 ) -> torch.Tensor:
     "Per-position entropy (natural log) of `softmax(logits)`, float32, shape `logits.shape[:-1]`."
     import torch
+    import torch.nn.functional as F
 
     flat = logits.reshape(-1, logits.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
     for i in range(0, flat.shape[0], chunk_size):
-        out[i : i + chunk_size] = _entropy_rows(flat[i : i + chunk_size])
+        lp = F.log_softmax(flat[i : i + chunk_size].float(), -1)
+        out[i : i + chunk_size] = -(lp.exp() * lp).sum(-1)
     return out.reshape(logits.shape[:-1])
 
 # %% ../nbs/00_core.ipynb #c38a1abf
@@ -191,7 +178,7 @@ def hidden_entropy(
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=hidden.device)
     with torch.no_grad():
         for i in range(0, flat.shape[0], chunk_size):
-            out[i : i + chunk_size] = _entropy_rows(head(flat[i : i + chunk_size]))
+            out[i : i + chunk_size] = token_entropy(head(flat[i : i + chunk_size]), chunk_size=chunk_size)
     return out.reshape(hidden.shape[:-1])
 
 # %% ../nbs/00_core.ipynb #288145bb

@@ -23,8 +23,8 @@ from .stats import paired_ci
 from .premises import bucket_of
 
 # %% auto #0
-__all__ = ['NEXT_KINDS', 'predicted_kinds', 'next_token_frame', 'agreement_table', 'agreement_by_kind', 'paired_agreement',
-           'head_distance', 'ewl1_share', 'item_flips']
+__all__ = ['NEXT_KINDS', 'predicted_kinds', 'next_token_frame', 'agreement_table', 'paired_agreement', 'head_distance',
+           'ewl1_share', 'item_flips']
 
 # %% ../nbs/20b_diagnosis.ipynb #79c21680
 NEXT_KINDS = TOKEN_KINDS + ('end',)  # what a position predicts: a kind of TOKEN_KINDS, or 'end' after the last token
@@ -160,20 +160,6 @@ def agreement_table(
         )
         rows[g] = dict(tokens=int(p.tokens.sum()), items=len(p), agreement=r['est'], lo=r['lo'], hi=r['hi'])
     return pd.DataFrame.from_dict(rows, orient='index').rename_axis(by)
-
-# %% ../nbs/20b_diagnosis.ipynb #330015c9
-def agreement_by_kind(
-    cache: HiddenCache,  # hidden states of (merged, expert), kinds labelled or not
-    merged_head,  # the merged model's LM head (module or V x H weight)
-    expert_head,  # the expert's LM head
-    module: torch.nn.Module | None = None,  # a surgery module applied to h^M (None: no surgery)
-    oracle: bool = False,  # True: the expert's h^k through the merged head
-    by: str = 'kind',  # 'kind' or 'bucket'
-    n_boot: int = 2000,  # bootstrap resamples
-) -> pd.DataFrame:
-    "Next-token agreement with the expert (%) by kind of token (or position bucket), intervals over texts."
-    frame = next_token_frame(cache, merged_head, expert_head, module=module, oracle=oracle)
-    return agreement_table(frame, by=by, n_boot=n_boot)
 
 # %% ../nbs/20b_diagnosis.ipynb #84ac8cde
 def paired_agreement(

@@ -18,7 +18,7 @@ from .surgery_files import load_surgery
 from .runs import Arm, Run, DARTS
 from .stages import merges_dir
 from .run_arms import domain_cache, arms_over
-from .stats import verdict, all_verdict, reduction_ci
+from .stats import verdict, all_verdict, reduction_ci, interval_text
 from .premises import SUMMARY_ARMS
 from .report import Experiment, Section, Table, claim, ci
 from .diagnosis import next_token_frame, agreement_table, paired_agreement, head_distance, ewl1_share
@@ -161,24 +161,13 @@ def _cells(
     t: pd.DataFrame,  # rows with an estimate column and lo, hi
     est: str = 'agreement',  # the estimate's column
     signed: bool = False,  # write signs (a difference)
+    unit: str = '',  # written after the estimate (' %')
 ) -> pd.Series:
-    "Each row as 'est [lo, hi]'."
-    f = '+.1f' if signed else '.1f'
-    return pd.Series({g: f"{r[est]:{f}} [{r['lo']:{f}}, {r['hi']:{f}}]" for g, r in t.iterrows()}, dtype=object)
-
-# %% ../nbs/20d_diagnosis_record.ipynb #ecc21167
-def _pct(
-    r,  # a row with agreement, lo and hi
-) -> str:
-    "'93.7 % [92.9, 94.4]'."
-    return f"{r['agreement']:.1f} % [{r['lo']:.1f}, {r['hi']:.1f}]"
-
-# %% ../nbs/20d_diagnosis_record.ipynb #b35ce7b7
-def _frac(
-    r: dict,  # est, lo and hi as fractions
-) -> str:
-    "'18.8 % [18.5, 19.2]'."
-    return f"{100 * r['est']:.1f} % [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
+    "Each row as 'est[unit] [lo, hi]' (`stats.interval_text`, one decimal)."
+    spec = '+.1f' if signed else '.1f'
+    return pd.Series(
+        {g: interval_text(r[est], r['lo'], r['hi'], spec=spec, unit=unit) for g, r in t.iterrows()}, dtype=object
+    )
 
 # %% ../nbs/20d_diagnosis_record.ipynb #40e45ab3
 def _word(
@@ -264,7 +253,7 @@ def _rho_table(
             cells = {}
             for g in _groups(none.kind, 'kind') + ['all']:
                 r = _rho(none, f, kind=g)
-                cells[g] = f"{100 * r['est']:.1f} [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
+                cells[g] = interval_text(100 * r['est'], 100 * r['lo'], 100 * r['hi'])
             rows[f'{d}: {a}'] = cells
     return pd.DataFrame.from_dict(rows, orient='index')
 
@@ -280,7 +269,7 @@ def _flips_table(
         f = item_flips(run, merge, arm) if arm.kind != 'none' else pd.DataFrame()
         if f.empty:
             continue
-        f['change (pp)'] = [ci(dict(diff=c, lo=lo, hi=hi), unit='') for c, lo, hi in zip(f['change (pp)'], f.lo, f.hi)]
+        f['change (pp)'] = [interval_text(c, lo, hi, spec='+.1f') for c, lo, hi in zip(f['change (pp)'], f.lo, f.hi)]
         f['p (exact)'] = [f'{p:.2g}' for p in f['p (exact)']]
         f.index = [f'{d}: {label}' for d in f.index]
         parts.append(f.drop(columns=['lo', 'hi']))
@@ -385,9 +374,10 @@ def _oracle_lines(
     g: str,  # the kind the sentences are about ('decision', else 'all')
 ) -> list[str]:
     "The oracle's ceiling, its room over the arm, and whether matching the expert's state helps through this head."
+    pct = _cells(o, unit=' %')
     lines = [
         f"The expert's own hidden state read through the merged head (the oracle) agrees with the expert on "
-        f"{_pct(o.loc['all'])} of all tokens and {_pct(o.loc[g])} of the {g} tokens: the difference of the heads "
+        f"{pct['all']} of all tokens and {pct[g]} of the {g} tokens: the difference of the heads "
         f"alone costs {100 - o.agreement['all']:.1f} % of all next tokens and {100 - o.agreement[g]:.1f} % of the {g} "
         "tokens, which no correction of the hidden state can win back."
     ]
@@ -435,8 +425,9 @@ def _domain_lines(
         a, b = rho['all'], rho[g]
         less = '; less where decisions are made: the intervals do not overlap' if b['hi'] < a['lo'] else ''
         more = '; more where decisions are made: the intervals do not overlap' if b['lo'] > a['hi'] else ''
+        shown_a, shown_b = (interval_text(100 * r['est'], 100 * r['lo'], 100 * r['hi'], unit=' %') for r in (a, b))
         lines.append(
-            f"{focus} removes {_frac(a)} of the L1 bias to the expert's hidden state over all tokens and {_frac(b)} at "
+            f"{focus} removes {shown_a} of the L1 bias to the expert's hidden state over all tokens and {shown_b} at "
             f"the {g} tokens (rho_L1, Eq. 7{less}{more})."
         )
     if (domain, 'oracle') in tabs:

@@ -16,8 +16,8 @@ from .core import stable_hash, check_choice, atomic_write
 __all__ = ['DOMAINS', 'METRICS', 'GEN_TOKENS', 'SPLITS', 'SPLIT_SIZES', 'CONTEXT_CHARS', 'WORDS', 'NAMES', 'THINGS',
            'INSTRUCT_TEMPLATES', 'GENERATORS', 'POOL_SIZE', 'CALIB_TEXTS', 'Spanned', 'code_item', 'math_item',
            'valid_answers', 'instruct_item', 'make_pool', 'shot', 'with_context', 'load_split', 'extract_completion',
-           'math_answer', 'instruct_grade', 'judge', 'code_program', 'code_problem', 'score_completion',
-           'training_text', 'calibration_text', 'text_spans', 'export_jsonl', 'split_hash']
+           'math_answer', 'instruct_grade', 'judge', 'code_problem', 'score_completion', 'training_text',
+           'calibration_text', 'text_spans', 'export_jsonl', 'split_hash']
 
 # %% ../nbs/02_domains.ipynb #5c0443e5
 DOMAINS = ('code', 'math', 'instruct')
@@ -299,14 +299,6 @@ def judge(
     "Pairwise preference of `response` over the item's baseline: 1 win, 0.5 tie, 0 loss."
     r, b = instruct_grade(item['check'], response), instruct_grade(item['check'], item['baseline'])
     return 1.0 if r > b else 0.5 if r == b else 0.0
-
-# %% ../nbs/02_domains.ipynb #71cbdb03
-def code_program(
-    item: dict,  # a code item
-    completion: str,  # the model's raw generation after the prompt
-) -> str:
-    "The whole program (query, body, tests) that exits 0 iff the completion implements the item (`sandbox.run_code`)."
-    return item['query'] + extract_completion('code', completion) + '\n' + item['tests'] + '\n'
 
 # %% ../nbs/02_domains.ipynb #e7a667d2
 def code_problem(

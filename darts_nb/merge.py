@@ -36,12 +36,11 @@ if TYPE_CHECKING:
 
 # %% auto #0
 __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES_DENSITIES', 'TIES_ASYM', 'DARE_METHODS',
-           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'METHOD_FAMILY', 'QUICK', 'FAMILY_NAMES', 'MODEL_ENTRY',
-           'TOKENIZER_FILES', 'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config',
-           'linear_weightings', 'family', 'with_base_tokenizer', 'sweep_configs', 'quick_configs', 'config_paths',
-           'check_model_list', 'check_parameters', 'validate_config', 'check_models', 'check_merge_output',
-           'unfinished_reason', 'is_finished', 'check_configs', 'record_merge_failures', 'run_merges',
-           'best_per_method', 'main']
+           'DARE_WEIGHTS', 'DARE_DENSITIES', 'FAMILIES', 'QUICK', 'FAMILY_NAMES', 'MODEL_ENTRY', 'TOKENIZER_FILES',
+           'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings', 'family',
+           'with_base_tokenizer', 'sweep_configs', 'quick_configs', 'config_paths', 'check_model_list',
+           'check_parameters', 'validate_config', 'check_models', 'check_merge_output', 'unfinished_reason',
+           'is_finished', 'check_configs', 'record_merge_failures', 'run_merges', 'best_per_method', 'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -54,13 +53,6 @@ DARE_METHODS = ('dare_ties', 'dare_linear')
 DARE_WEIGHTS = (0.3, 0.5, 0.7, 1.0, 1.2)
 DARE_DENSITIES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 FAMILIES = ('ta', 'linear', 'ties', 'dare')
-METHOD_FAMILY = {
-    'task_arithmetic': 'ta',
-    'linear': 'linear',
-    'ties': 'ties',
-    'dare_ties': 'dare',
-    'dare_linear': 'dare',
-}
 
 # %% ../nbs/09_merge.ipynb #9bbea264
 def _num(x: float) -> str:

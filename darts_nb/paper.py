@@ -27,7 +27,7 @@ from darts_nb.stages import (
 )
 from .run_arms import domain_cache, calib_texts, arms_over
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
-from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test
+from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test, interval_text
 from .report import Experiment, Section, Table, claim, ci, paper_rows
 
 # %% auto #0
@@ -251,11 +251,11 @@ def bias_score_table(
             r, c = rho_ci(run, merge, d), paired_diff(run, [(arm_key(merge, DARTS), arm_key(merge, NONE))], domains=[d])
             rows[f'{name} / {d}'] = {
                 'rho_L1 (%)': r['est'],
-                'rho 95% CI': f"[{r['lo']:.1f}, {r['hi']:.1f}]",
+                'rho 95% CI': interval_text(None, r['lo'], r['hi']),
                 'no surgery': s.loc['none', d],
                 'DARTS': s.loc['DARTS', d],
                 'change (pp)': c['diff'],
-                'change 95% CI': f"[{c['lo']:+.1f}, {c['hi']:+.1f}]",
+                'change 95% CI': interval_text(None, c['lo'], c['hi'], spec='+.1f'),
                 '_rho_lo': r['lo'],
                 '_rho_hi': r['hi'],
             }

@@ -22,7 +22,7 @@ from .stages import merges_dir
 from .inputs import calib_items
 from .run_arms import domain_cache, run_cache, arms_over
 from .results import arm_scores, arm_stderr, arm_metric, arms_stat
-from .stats import verdict, all_verdict, paired_ci, reduction_ci
+from .stats import verdict, all_verdict, paired_ci, reduction_ci, interval_text
 from .report import Experiment, Section, Table, claim, ci
 
 # %% auto #0
@@ -129,6 +129,7 @@ def _placement_section(run: Run, figs: Path) -> Section | None:
         else dict(diff=np.nan, lo=np.nan, hi=np.nan)
     )
     per = {d: placement_table(g) for d, g in df.groupby('domain')}
+    ratio = interval_text(np.exp(r['diff']), np.exp(r['lo']), np.exp(r['hi']), spec='.2f', unit='x the bias')
     return Section(
         [Table("geometric-mean ratio of the item's bias after its context to alone, all domains", t, digits=2)]
         + [Table(f'{d}', per[d], digits=2) for d in DOMAINS if d in per],
@@ -136,8 +137,7 @@ def _placement_section(run: Run, figs: Path) -> Section | None:
         core=[
             claim(
                 verdict(r['lo'], r['hi'], expect='>', at=0.0),
-                f'bias grows with position: the same items have {np.exp(r["diff"]):.2f}x the bias '
-                f'[{np.exp(r["lo"]):.2f}, {np.exp(r["hi"]):.2f}] after 256 or more tokens of context than alone '
+                f'bias grows with position: the same items have {ratio} after 256 or more tokens of context than alone '
                 f'(ta-0.5, {len(late)} held-out items, paired; paper: later positions 2-3x the bias of early ones).',
             )
         ],
@@ -351,8 +351,8 @@ def position_table(
         for bk, g in df.groupby('bucket'):
             r = reduction_ci(g.before, g.after)
             a = reduction_ci(g.tokens, g.tokens - g.agree)  # 1 - (tokens - agree) / tokens = agreement
-            rho.setdefault(label, {})[bk] = f"{100 * r['est']:.1f} [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]"
-            agr.setdefault(label, {})[bk] = f"{100 * a['est']:.1f} [{100 * a['lo']:.1f}, {100 * a['hi']:.1f}]"
+            rho.setdefault(label, {})[bk] = interval_text(100 * r['est'], 100 * r['lo'], 100 * r['hi'])
+            agr.setdefault(label, {})[bk] = interval_text(100 * a['est'], 100 * a['lo'], 100 * a['hi'])
     return pd.DataFrame(rho).T, pd.DataFrame(agr).T
 
 # %% ../nbs/20_premises.ipynb #a0205c68

@@ -17,7 +17,7 @@ from .run_arms import arms_over
 from .stages import best_merges
 from .runs import run_dir
 from .results import arm_key, items_frame
-from .stats import verdict
+from .stats import verdict, interval_text
 from .report import Experiment, Section, Table, claim, ci
 from . import paper, premises
 
@@ -181,7 +181,7 @@ def replication_table(
 def _shown(unit: str):
     "How an estimate and its interval are written: differences in pp, log ratios as ratios."
     if unit == 'x':
-        return lambda r: f"{np.exp(r['est']):.2f}x [{np.exp(r['lo']):.2f}, {np.exp(r['hi']):.2f}]"
+        return lambda r: interval_text(np.exp(r['est']), np.exp(r['lo']), np.exp(r['hi']), spec='.2f', unit='x')
     return lambda r: ci(r, unit=unit)
 
 # %% ../nbs/20c_replication.ipynb #b24494ac

@@ -16,7 +16,7 @@ from typing import Callable
 import pandas as pd
 import torch
 from .core import atomic_write, check_choice
-from .stats import VERDICTS
+from .stats import VERDICTS, interval_text
 from .domains import DOMAINS
 from .runs import Run, DARTS, PAPER_SEEDS, recorded
 from .stages import sweep_grid, sweep_basis
@@ -71,7 +71,7 @@ def ci(
 ) -> str:
     "An estimate with its 95 % interval, as text: '+2.1 pp [-0.4, +4.6]'."
     e = r['diff'] if 'diff' in r else r['est']
-    return f"{e:+.{digits}f}{unit} [{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}]"
+    return interval_text(e, r['lo'], r['hi'], spec=f'+.{digits}f', unit=unit)
 
 # %% ../nbs/17_report.ipynb #a0b1c2d6
 PAPER_COLUMNS = {'code': 'HE', 'math': 'GSM', 'instruct': 'AE'}  # the paper's benchmark column for each domain

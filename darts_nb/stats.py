@@ -19,8 +19,8 @@ from .core import check_choice
 # %% auto #0
 __all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'check_long', 'scores_frame', 'long_frame', 'seed_means',
            'compare_methods', 'paired_tests', 'mixed_effects', 'simulate_scores', 'bootstrap_stat',
-           'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'verdict', 'all_verdict', 'test_verdict',
-           'spearman_test']
+           'stratified_paired_ci', 'paired_ci', 'reduction_ci', 'interval_text', 'verdict', 'all_verdict',
+           'test_verdict', 'spearman_test']
 
 # %% ../nbs/14_stats.ipynb #8c01361c
 def paper_tables() -> dict:
@@ -391,6 +391,19 @@ def reduction_ci(
         hi=float(np.quantile(vals, 1 - q)),
         n=len(before),
     )
+
+# %% ../nbs/14_stats.ipynb #c3523eec
+def interval_text(
+    est: float | None,  # the estimate (None: the interval alone)
+    lo: float,  # the interval's lower end
+    hi: float,  # its upper end
+    *,
+    spec: str = '.1f',  # the format spec of all three numbers: '+.1f' writes signs, '.2f', '+.3g', ...
+    unit: str = '',  # written right after the estimate: ' pp', ' %', 'x'
+) -> str:
+    "An estimate with its interval as text, 'est[unit] [lo, hi]' ('[lo, hi]' without an estimate)."
+    bracket = f'[{lo:{spec}}, {hi:{spec}}]'
+    return bracket if est is None else f'{est:{spec}}{unit} {bracket}'
 
 # %% ../nbs/14_stats.ipynb #4d06f781
 VERDICTS = ('AGREES', 'DISAGREES', 'INCONCLUSIVE', 'NOT MEASURED')

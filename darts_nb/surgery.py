@@ -21,11 +21,10 @@ from .core import positions_from_mask  # noqa: F401
 _all_ = ['positions_from_mask']
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'SIZE_KEYS', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES',
-           'MAX_HEADER_BYTES', 'TEXT_FIELDS', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery',
-           'ParallelSurgery', 'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery',
-           'check_surgery_config', 'surgery_from_config', 'apply_surgery', 'n_params', 'check_finite',
-           'positions_from_mask']
+__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES', 'MAX_HEADER_BYTES',
+           'TEXT_FIELDS', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery',
+           'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config',
+           'surgery_from_config', 'apply_surgery', 'n_params', 'check_finite', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _bottleneck(hidden_size, rank):
@@ -248,8 +247,6 @@ SURGERY_KINDS = {
     for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)
 }
 SURGERY_ALIASES = {'darts': 'position'}
-# The config keys a module is built from: every size some kind declares
-SIZE_KEYS = tuple(dict.fromkeys(k for c in SURGERY_KINDS.values() for k in c.sizes))
 
 # %% ../nbs/04_surgery.ipynb #5d81e012
 def surgery_kind(
