@@ -31,7 +31,7 @@ from .cache import HiddenCache
 from .surgery_files import WEIGHTS, save_surgery, load_surgery
 from .surgery import SurgeryModule, make_surgery
 from .hooks import surgery
-from .train import train_surgery
+from .train import TrainSettings, train_surgery
 from .bias import token_bias, bias_by_position
 from .arms import Arm, DARTS, STANDARD_L1
 from .runs import Run, evaluate_in_run
@@ -163,7 +163,8 @@ def train_correction(
         raise ValueError("arm: expected a surgery arm, got kind='none' (no module to train)")
     set_seed(arm.seed)
     module = make_surgery(arm.kind, cache.hidden_size, rank=arm.rank).to(cache.device)
-    train_surgery(module, cache, loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed, head=head, progress=False)
+    settings = TrainSettings(loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed)
+    train_surgery(module, cache, settings, head=head, progress=False)
     return module.eval()
 
 # %% ../nbs/20a_control.ipynb #5ea44198

@@ -553,7 +553,7 @@ def exp_cost(
     run: Run,  # the run
 ) -> None:
     "Measure Table 8 for Standard and DARTS on ta-0.5's code domain, twice each, once per run (kept in cost.json)."
-    from darts_nb.cost import calibration_cost, COST_KINDS
+    from darts_nb.cost import CostSettings, calibration_cost, COST_KINDS
 
     path = run.dir / 'cost.json'
     if path.exists():
@@ -567,7 +567,7 @@ def exp_cost(
             str(merges_dir(run) / 'ta-0.5'),
             run.profile.experts['code'],
             'code',
-            kind=kind,
+            settings=CostSettings(kind=kind),
             prompts=texts,
             device=run.device,
         ).assign(kind=kind, repeat=r)
