@@ -8,9 +8,8 @@ Docs: https://darts-nb.github.io/darts_nb/arms.html.md"""
 from __future__ import annotations
 from dataclasses import dataclass
 from .core import check_choice, check_int, check_number
-from .domains import CALIB_TEXTS
-from .losses import LOSSES
-from .surgery import SURGERY_KINDS
+from .names import CALIB_TEXTS, LOSSES, SURGERY_KINDS
+from .options import option, shared_option
 
 # %% auto #0
 __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm']
@@ -20,14 +19,16 @@ __all__ = ['NONE', 'STANDARD_L1', 'STANDARD_EWL1', 'DARTS', 'PAPER_SEEDS', 'Arm'
 class Arm:
     "One surgery configuration; `kind='none'` is the merged model without surgery."
 
-    kind: str = 'position'  # 'none', or a kind of darts_nb.surgery.SURGERY_KINDS ('position' is DARTS)
-    loss: str = 'ewl1'  # a loss of darts_nb.losses.LOSSES
-    rank: int = 16  # bottleneck rank r
-    lr: float = 1e-3  # Adam learning rate
-    iters: int = 500  # training steps
-    calib_n: int = 50  # calibration prompts
-    seed: int = 0  # calibration seed (which prompts are drawn, and their order)
-    calib_text: str = 'prompt'  # 'prompt' (the paper's) or 'prompt+reference' (darts_nb.domains.CALIB_TEXTS)
+    kind: str = shared_option('kind')  # or 'none' (no surgery), which is no choice of the flag
+    loss: str = shared_option('loss')
+    rank: int = shared_option('rank')
+    lr: float = shared_option('lr')
+    iters: int = shared_option('iters')
+    calib_n: int = shared_option('calib_n')
+    seed: int = shared_option('seed')
+    calib_text: str = option(
+        'prompt', "what calibration reads of an item: %(choices)s (the paper's: prompt)", choices=CALIB_TEXTS
+    )
 
     def __post_init__(self):
         check_choice(self.kind, ('none', *SURGERY_KINDS), 'kind')

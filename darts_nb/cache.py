@@ -534,7 +534,7 @@ def get_or_build_cache(
     clean_stale(path.parent)
     dev = default_device(device)
     if models is None:
-        from darts_nb.zoo import load_model
+        from darts_nb.checkpoints import load_model
 
         def models(p):
             return load_model(p, device=dev)

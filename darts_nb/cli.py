@@ -12,51 +12,22 @@ import os
 import re
 import sys
 from pathlib import Path
-from .core import LineLog, check_int, check_number, default_device, in_notebook
-from .options import EXECUTORS, add_option_flags, batch_size_arg, check_judge_settings, options_from_args
+from .arms import Arm
+from .core import LineLog, check_int, check_number, default_device, in_notebook, quiet_libraries
+from .correct import CorrectOptions
+from .names import DOMAINS, EXPERIMENTS, ZOO_SIZES
+from .options import add_option_flags, check_judge_settings, generation_batch_size, options_from_args
 
 # %% auto #0
-__all__ = ['CHOICES', 'EXAMPLES', 'MERGE_NAME', 'COMMANDS', 'grid_names', 'check_merge_names', 'cmd_zoo', 'cmd_merge',
-           'surgery_summary', 'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval',
-           'cmd_correct', 'main']
+__all__ = ['EXAMPLES', 'MERGE_NAME', 'COMMANDS', 'grid_names', 'check_merge_names', 'cmd_zoo', 'cmd_merge', 'surgery_summary',
+           'cmd_surgery', 'cmd_eval', 'cmd_report', 'cmd_run', 'cmd_fetch', 'cmd_lm_eval', 'cmd_correct', 'main']
 
 # %% ../nbs/22_cli.ipynb #282bfa6a
-CHOICES = dict(  # the library's registries, by name (checked against them below)
-    domain=('code', 'math', 'instruct'),  # domains.DOMAINS
-    kind=('standard', 'position', 'add', 'parallel', 'token', 'shuffled'),  # surgery.SURGERY_KINDS
-    loss=('l1', 'ewl1', 'kl', 'ce'),  # losses.LOSSES
-    experiment=(  # experiments.EXPERIMENTS
-        'experts',
-        'sweep',
-        'main',
-        'bias_vs_score',
-        'bias',
-        'placement',
-        'entropy',
-        'seeds',
-        'loss',
-        'module',
-        'variants',
-        'controls',
-        'calib_text',
-        'steps',
-        'rank',
-        'calib',
-        'lr',
-        'cost',
-        'summary',
-        'control',
-        'diagnosis',
-        'replication',
-    ),
-    size=('ci', 'toy'),  # zoo.ZOO_SIZES
-    executor=EXECUTORS,  # executors.EXECUTORS
-)
 EXAMPLES = {
-    'zoo': 'darts zoo --size ci --table --limit 20',
+    'zoo': 'darts zoo --size ci --table --eval-limit 20',
     'merge': 'darts merge --profile toy --quick --only ta-0.5 ties-w0.7-d0.3',
     'surgery': 'darts surgery --profile toy --merge ta-0.5 --domain math --kind position --loss ewl1 --eval-limit 60',
-    'eval': 'darts eval --model ~/.cache/darts_nb/zoo-ci/math --domains math --limit 20',
+    'eval': 'darts eval --model ~/.cache/darts_nb/zoo-ci/math --domains math --eval-limit 20',
     'report': 'darts report default',
     'run': 'darts run --profile toy --name demo --quick',
     'fetch': 'darts fetch --profile llama2-7b --dry-run',
@@ -87,9 +58,9 @@ def _sub(sub, name: str, help: str):
 # %% ../nbs/22_cli.ipynb #3c90b038
 def _zoo_flags(z: argparse.ArgumentParser) -> None:
     "darts zoo's flags."
-    z.add_argument('--size', default='toy', choices=CHOICES['size'], help='which zoo')
+    z.add_argument('--size', default='toy', choices=ZOO_SIZES, help='which zoo')
     z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
-    z.add_argument('--limit', type=int, default=None, help='eval items per domain for --table (default: all)')
+    add_option_flags(z, ['eval_limit'])
 
 # %% ../nbs/22_cli.ipynb #a86477d8
 def _merge_flags(m: argparse.ArgumentParser) -> None:
@@ -105,40 +76,31 @@ def _merge_flags(m: argparse.ArgumentParser) -> None:
 
 # %% ../nbs/22_cli.ipynb #97ae4f24
 def _surgery_flags(s: argparse.ArgumentParser) -> None:
-    "darts surgery's flags."
-    add_option_flags(s, ['profile', 'name', 'device'], help={'name': 'the run to record into'})
-    s.add_argument('--eval-limit', type=int, default=None, help='eval items (default: all, or the run\'s own)')
+    "darts surgery's flags: the run settings it shares with darts run, the merge and domain, every field of `Arm`."
+    add_option_flags(s, ['profile', 'name', 'device', 'eval_limit'])
     s.add_argument('--merge', default='ta-0.5', help='a sweep configuration name')
-    s.add_argument('--domain', default='math', choices=CHOICES['domain'], help='the domain to correct and score')
-    s.add_argument('--kind', default='position', choices=CHOICES['kind'], help='position = DARTS')
-    s.add_argument('--loss', default='ewl1', choices=CHOICES['loss'], help='ewl1 = DARTS')
-    s.add_argument('--rank', type=int, default=16, help='the low-rank size of the module')
-    s.add_argument('--iters', type=int, default=500, help='training steps')
-    s.add_argument('--lr', type=float, default=1e-3, help='learning rate')
-    s.add_argument('--seed', type=int, default=0, help='calibration seed')
+    s.add_argument('--domain', default='math', choices=DOMAINS, help='the domain to correct and score')
+    add_option_flags(s, cls=Arm)
 
 # %% ../nbs/22_cli.ipynb #49ed6d9d
 def _eval_flags(e: argparse.ArgumentParser) -> None:
     "darts eval's flags."
     e.add_argument('--model', required=True, help='a local checkpoint directory or a hub id in the local cache')
-    domains = CHOICES['domain']
-    e.add_argument('--domains', nargs='+', default=list(domains), choices=domains, help='the domains to score')
-    e.add_argument('--limit', type=int, default=None, help='eval items per domain (default: all)')
+    e.add_argument('--domains', nargs='+', default=list(DOMAINS), choices=DOMAINS, help='the domains to score')
     tasks_help = 'the task set: the toy domains or the paper benchmarks'
     e.add_argument('--tasks', default='toy', choices=['toy', 'paper'], help=tasks_help)
-    add_option_flags(e, ['device'])
-    e.add_argument('--batch-size', type=batch_size_arg, default=32, help="generation batch size, or 'auto'")
+    add_option_flags(e, ['eval_limit', 'device', 'batch_size'])
 
 # %% ../nbs/22_cli.ipynb #f047aa8b
 def _run_flags(r: argparse.ArgumentParser) -> None:
     "darts run's flags: every field of `RunOptions`, and which experiments to run."
     add_option_flags(r)
-    experiments = ', '.join(CHOICES['experiment'])
+    experiments = ', '.join(EXPERIMENTS)
     r.add_argument(
         '--only',
         nargs='+',
         default=None,
-        choices=CHOICES['experiment'],
+        choices=EXPERIMENTS,
         metavar='EXPERIMENT',
         help=f'run only these, in registry order: {experiments} (default: all, or the quick ones with --quick)',
     )
@@ -146,8 +108,6 @@ def _run_flags(r: argparse.ArgumentParser) -> None:
 # %% ../nbs/22_cli.ipynb #4f4f870f
 def _correct_flags(c: argparse.ArgumentParser) -> None:
     "darts correct's flags: the checkpoints, the prompts, and every field of `correct.CorrectOptions`."
-    from darts_nb.correct import add_correct_flags
-
     c.add_argument(
         '--merged', required=True, help='the merged checkpoint: a local folder or a hub id in the local cache'
     )
@@ -160,10 +120,10 @@ def _correct_flags(c: argparse.ArgumentParser) -> None:
         help='calibration prompts: a .txt (a prompt per line) or .jsonl file, a dataset folder or name, or a built-in '
         'domain; one for every expert, or DOMAIN=SOURCE each (default: the built-in domains)',
     )
-    held = 'held-out prompts, one source or DOMAIN=SOURCE each (default: the n_held prompts after the first n_calib)'
+    held = 'held-out prompts, one source or DOMAIN=SOURCE each (default: the n_held prompts after the first calib_n)'
     c.add_argument('--held-out', nargs='+', default=None, metavar='[DOMAIN=]SOURCE', help=held)
     c.add_argument('--out', default='darts_correct', help='where the module folders, the figure and the summary go')
-    add_correct_flags(c)
+    add_option_flags(c, cls=CorrectOptions)
 
 # %% ../nbs/22_cli.ipynb #74f991c5
 def _parser() -> argparse.ArgumentParser:
@@ -178,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f'examples:\n{examples}',
     )
     ap.add_argument('--version', action='version', version=f'darts_nb {__version__}')
+    verbose = "leave the libraries' own progress bars and warnings on (default: off)"
+    ap.add_argument('--verbose', action='store_true', help=verbose)
     sub = ap.add_subparsers(dest='cmd', required=True, metavar='{' + ','.join(EXAMPLES) + '}')
     scoring = {
         'zoo': (_sub(sub, 'zoo', 'build the built-in model zoo'), _zoo_flags),
@@ -204,12 +166,15 @@ def _parser() -> argparse.ArgumentParser:
     r = _sub(sub, 'report', 'write runs/NAME/report.md and report.html from a run')
     r.add_argument('name', help='the run name')
     f = _sub(sub, 'fetch', "download a profile's hub models and the paper's datasets (needs the network)")
-    f.add_argument('--profile', default='llama2-7b', help="'llama2-7b' or a YAML file whose models are hub ids")
+    add_option_flags(f, ['profile'], help={'profile': "'llama2-7b' or a YAML file whose models are hub ids"})
+    f.set_defaults(profile='llama2-7b')  # the zoo is built, not fetched
     f.add_argument('--dry-run', action='store_true', help='only say what would be downloaded, and how much')
     lm_help = "lm-eval's own command line, with the darts model (a checkpoint plus a surgery module) and our tasks"
     lm = _sub(sub, 'lm-eval', lm_help)
     args_help = "lm-eval's arguments (see `darts lm-eval --help` below them: `darts lm-eval run --help`)"
     lm.add_argument('args', nargs=argparse.REMAINDER, help=args_help)
+    for parser in sub.choices.values():  # after the sub-command too; SUPPRESS keeps a --verbose given before it
+        parser.add_argument('--verbose', action='store_true', default=argparse.SUPPRESS, help=verbose)
     return ap
 
 # %% ../nbs/22_cli.ipynb #89f03a26
@@ -292,11 +257,11 @@ def check_merge_names(
 # %% ../nbs/22_cli.ipynb #ca78c300
 def cmd_zoo(a, ap):
     "darts zoo: build the zoo, optionally print its Table 2."
-    _check_counts(ap, limit=a.limit)
+    _check_counts(ap, eval_limit=a.eval_limit)
     from darts_nb.zoo import main as zoo_main
 
-    argv = ['--size', a.size] + (['--table'] if a.table else []) + (['--limit', str(a.limit)] if a.limit else [])
-    zoo_main(argv)
+    argv = ['--size', a.size] + (['--table'] if a.table else [])
+    zoo_main(argv + (['--eval-limit', str(a.eval_limit)] if a.eval_limit else []))
 
 # %% ../nbs/22_cli.ipynb #11090c13
 def cmd_merge(a, ap):
@@ -345,6 +310,7 @@ def surgery_summary(
     "The domain's scores without and with the module (± standard error) and their paired difference with its 95% CI."
     from darts_nb.arms import NONE
     from darts_nb.results import arm_key, paired_diff
+    from darts_nb.stats import interval_text
 
     b, c = base.set_index('metric'), after.set_index('metric')
     lines = [f'{domain} on {merge}:']
@@ -357,21 +323,22 @@ def surgery_summary(
         d = paired_diff(run, [(arm_key(merge, arm), arm_key(merge, NONE))], domains=[domain])
     except (KeyError, ValueError) as e:
         return '\n'.join(lines + [f'  (no paired difference: {e})'])
-    diff = f"{d['diff']:+.3g}, 95% CI [{d['lo']:+.3g}, {d['hi']:+.3g}]"
+    diff = interval_text(d['diff'], d['lo'], d['hi'], spec='+.3g', unit=', 95% CI')
     return '\n'.join(lines + [f"  difference (with - without, paired over {d['n']} items): {diff}"])
 
 # %% ../nbs/22_cli.ipynb #a5f70ead
 def cmd_surgery(a, ap):
     "darts surgery: one arm on one (merge, domain), beside the merge without surgery."
-    _check_counts(ap, rank=a.rank, iters=a.iters, eval_limit=a.eval_limit)
+    _check_counts(ap, rank=a.rank, iters=a.iters, calib_n=a.calib_n, eval_limit=a.eval_limit)
     _check_lr(ap, a.lr)
     _check_merge_forms(ap, [a.merge], '--merge')
-    from darts_nb.runs import Arm, NONE, make_run, open_run, run_dir
+    arm = options_from_args(a, Arm)  # checked before the library's heavy part is imported
+    from darts_nb.arms import NONE
+    from darts_nb.runs import make_run, open_run, run_dir
     from darts_nb.run_arms import run_arm
     from darts_nb.stages import stage_merges
 
     check_merge_names([a.merge], a.profile, '--merge')  # a typo leaves no runs/NAME/run.json behind
-    arm = Arm(kind=a.kind, loss=a.loss, rank=a.rank, lr=a.lr, iters=a.iters, calib_n=50, seed=a.seed)
     old = open_run(a.name) if (run_dir(a.name) / 'run.json').exists() else None  # into an existing run: its settings
     quick = old.quick if old else False
     limit = a.eval_limit if a.eval_limit is not None or not old else old.eval_limit
@@ -388,15 +355,17 @@ def cmd_surgery(a, ap):
 # %% ../nbs/22_cli.ipynb #0c3f88d9
 def cmd_eval(a, ap):
     "darts eval: score a checkpoint through lm-eval."
-    _check_counts(ap, limit=a.limit)
+    _check_counts(ap, eval_limit=a.eval_limit)
     from darts_nb.hub import resolve_model
 
     path = resolve_model(a.model)  # a missing checkpoint: said before the library's heavy part is imported
-    from darts_nb.zoo import load_model
-    from darts_nb.evaluate import evaluate_model
+    from darts_nb.checkpoints import load_model
+    from darts_nb.evaluate import EvalSettings, evaluate_model
 
     m, t = load_model(path, device=a.device)
-    scores = evaluate_model(m, t, domains=a.domains, profile=a.tasks, limit=a.limit, batch_size=a.batch_size)
+    batch = generation_batch_size(a.batch_size, a.tasks, device=a.device)
+    settings = EvalSettings(profile=a.tasks, eval_limit=a.eval_limit, batch_size=batch)
+    scores = evaluate_model(m, t, domains=a.domains, settings=settings)
     print(scores.to_string(index=False))
 
 # %% ../nbs/22_cli.ipynb #1a9b83c2
@@ -427,7 +396,7 @@ def cmd_run(a, ap):
 # %% ../nbs/22_cli.ipynb #7ef93bee
 def cmd_fetch(a, ap):
     "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much)."
-    if a.profile in CHOICES['size']:  # checked before the library's heavy part is imported
+    if a.profile in ZOO_SIZES:  # checked before the library's heavy part is imported
         raise ValueError(
             f'--profile {a.profile}: the built-in zoo is built here (darts zoo), there is nothing to fetch'
         )
@@ -452,10 +421,9 @@ def cmd_lm_eval(a, ap):
 def cmd_correct(a, ap):
     "darts correct: diagnose a merge against its experts, train and check one module per expert, save them."
     _check_lr(ap, a.lr)
-    from darts_nb.correct import options_from_flags
     from darts_nb.prompts import parse_assignments
 
-    opts = options_from_flags(a)  # checked before the library's heavy part is imported
+    opts = options_from_args(a, CorrectOptions)  # checked before the library's heavy part is imported
     experts = parse_assignments(a.expert, '--expert')
     if not isinstance(experts, dict):
         raise ValueError(f"--expert: expected DOMAIN=CHECKPOINT, got {experts!r}")
@@ -485,6 +453,7 @@ def main(
     "Entry point of the `darts` console script."
     ap = _parser()
     a = ap.parse_args(argv)
+    quiet_libraries(a.verbose)  # the libraries' own bars and advisory warnings: off unless --verbose
     from darts_nb.sandbox import SandboxUnavailable
 
     if getattr(a, 'allow_unsafe_code', False):

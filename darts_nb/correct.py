@@ -6,62 +6,59 @@ Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
 # %% ../nbs/24_correct.ipynb #da45ed13
 from __future__ import annotations
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import check_choice, check_int, check_number, atomic_write, moved_name
 from .domains import DOMAINS
-from .options import option, check_fields
+from .names import CORRECT_KINDS, LOSSES
+from .options import option, shared_option, check_fields
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
 
 # %% auto #0
-__all__ = ['KINDS', 'LOSSES', 'CorrectOptions', 'correct_options', 'add_correct_flags', 'options_from_flags', 'CorrectionPlan',
-           'plan_correction', 'train_module', 'held_out_scores', 'task_pairs', 'score_tasks', 'task_rows',
-           'card_scores', 'correction_summary', 'check_out_dir', 'correct_merge', 'export_all', 'attach_corrections']
+__all__ = ['CorrectOptions', 'correct_options', 'CorrectionPlan', 'plan_correction', 'train_module', 'held_out_scores',
+           'task_pairs', 'score_tasks', 'task_rows', 'card_scores', 'correction_summary', 'check_out_dir',
+           'correct_merge', 'export_all', 'attach_corrections']
 
 # %% ../nbs/24_correct.ipynb #f42c054d
-KINDS = ('position', 'darts', 'standard', 'add', 'parallel')  # surgery.SURGERY_KINDS the command offers
-LOSSES = ('ewl1', 'l1', 'kl', 'ce')  # losses.LOSSES
-
-
 @dataclass(frozen=True)
 class CorrectOptions:
     "Every setting of `correct_merge`, with the paper's defaults; also the flags of `darts correct`."
 
-    kind: str = option('position', "the module: position (= DARTS), standard, add or parallel", choices=KINDS)
-    loss: str = option('ewl1', 'the loss: ewl1 (= DARTS), l1, kl or ce', choices=LOSSES)
-    rank: int = option(16, 'the bottleneck width of the module', type=int)
-    iters: int = option(500, 'training steps', type=int)
-    lr: float = option(1e-3, "Adam's learning rate", type=float)
-    batch_size: int = option(8, 'prompts per training step', type=int)
-    seed: int = option(0, "the module's initialisation and the calibration order", type=int)
-    max_len: int = option(512, "T_max: the module's positions; a longer prompt is refused", type=int)
-    n_calib: int = option(50, 'calibration prompts per expert', type=int)
+    kind: str = shared_option('kind', choices=CORRECT_KINDS)
+    loss: str = shared_option('loss')
+    rank: int = shared_option('rank')
+    iters: int = shared_option('iters')
+    lr: float = shared_option('lr')
+    train_batch_size: int = shared_option('train_batch_size')
+    seed: int = shared_option('seed')
+    max_len: int = shared_option('max_len')
+    calib_n: int = shared_option('calib_n', aliases=('--n-calib',))
     n_held: int = option(20, 'held-out prompts per expert', type=int)
     field: str | None = option(None, 'the JSONL or dataset field that holds the prompt', metavar='NAME')
     split: str = option('train', 'the dataset split of the calibration prompts')
     held_out_split: str | None = option(
-        None, 'held-out prompts from this split of the same dataset (default: the prompts after the first n_calib)'
+        None, 'held-out prompts from this split of the same dataset (default: the prompts after the first calib_n)'
     )
-    device: str | None = option(None, 'cpu, cuda, cuda:N or mps (default: cuda when available, else cpu)')
+    device: str | None = shared_option('device')
     export: bool = option(False, 'also write one corrected checkpoint per expert (DOMAIN-corrected/)')
     diagnose_only: bool = option(False, 'only diagnose the merge: train nothing')
     tasks: tuple = option(
         (), 'lm-eval tasks scored on the merge without and with the module: TASK or DOMAIN=TASK', nargs='+'
     )
     include_path: str | None = option(None, "a folder of the user's lm-eval task YAMLs", metavar='DIR')
-    limit: int | None = option(None, 'lm-eval items per task (default: all)', type=int)
+    eval_limit: int | None = shared_option('eval_limit', aliases=('--limit',))
     eval_batch_size: int = option(8, 'lm-eval batch size', type=int)
 
     def __post_init__(self):
-        check_choice(self.kind, KINDS, 'kind')
+        check_choice(self.kind, CORRECT_KINDS, 'kind')
         check_choice(self.loss, LOSSES, 'loss')
-        for k in ('rank', 'iters', 'batch_size', 'max_len', 'n_calib', 'n_held', 'eval_batch_size'):
+        for k in ('rank', 'iters', 'train_batch_size', 'max_len', 'calib_n', 'n_held', 'eval_batch_size'):
             check_int(getattr(self, k), k)
         check_int(self.seed, 'seed', lo=None)
-        check_int(self.limit, 'limit', none=True)
+        check_int(self.eval_limit, 'eval_limit', none=True)
         check_number(self.lr, 'lr', lo=0, lo_open=True)
         for k in ('export', 'diagnose_only'):
             if not isinstance(getattr(self, k), bool):
@@ -78,35 +75,19 @@ class CorrectOptions:
         object.__setattr__(self, 'tasks', tuple(tasks))
 
 # %% ../nbs/24_correct.ipynb #a239828d
+_RENAMED = {'n_calib': 'calib_n', 'limit': 'eval_limit'}  # old keyword -> the field's name
+
+
 def correct_options(
     options: CorrectOptions | None = None,  # the options (None: the defaults)
     **kw,  # any field of `CorrectOptions`, over `options`
 ) -> CorrectOptions:
     "The options of a correction: `options` with the keywords `kw` over it."
+    kw = {_RENAMED.get(k, k): v for k, v in kw.items()}
     check_fields(kw, CorrectOptions, 'an option of correct_merge')
     if options is not None and not isinstance(options, CorrectOptions):
         raise TypeError(f'options: expected a CorrectOptions or None, got {type(options).__name__}')
     return replace(options or CorrectOptions(), **kw)
-
-# %% ../nbs/24_correct.ipynb #b794231a
-def add_correct_flags(
-    parser,  # an argparse parser or sub-command parser
-):
-    "Add a flag for each field of `CorrectOptions` to `parser`; returns `parser`."
-    for f in fields(CorrectOptions):
-        meta, flag = f.metadata, '--' + f.name.replace('_', '-')
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, dest=f.name, action='store_true', help=meta['help'])
-        else:
-            parser.add_argument(flag, dest=f.name, default=f.default, help=meta['help'], **meta['argparse'])
-    return parser
-
-# %% ../nbs/24_correct.ipynb #76627598
-def options_from_flags(
-    args,  # parsed arguments (`add_correct_flags`)
-) -> CorrectOptions:
-    "The `CorrectOptions` the parsed flags describe."
-    return CorrectOptions(**{f.name: getattr(args, f.name) for f in fields(CorrectOptions) if hasattr(args, f.name)})
 
 # %% ../nbs/24_correct.ipynb #6a317f21
 @dataclass
@@ -181,8 +162,8 @@ def _domain_prompts(
     kw = dict(field=opts.field, split=opts.split, seed=opts.seed)
     n_held = 0 if opts.diagnose_only else opts.n_held
     if held_src is not None or n_held == 0 or opts.held_out_split or (isinstance(src, str) and src in DOMAINS):
-        calib, what = read_prompts(src, n=opts.n_calib, arg=f'prompts[{d!r}]', **kw)
-        calib, held, held_what = calib[: opts.n_calib], [], 'none (diagnosis only)'
+        calib, what = read_prompts(src, n=opts.calib_n, arg=f'prompts[{d!r}]', **kw)
+        calib, held, held_what = calib[: opts.calib_n], [], 'none (diagnosis only)'
         if n_held and held_src is not None:
             held, held_what = read_prompts(held_src, n=n_held, arg=f'held_out[{d!r}]', held_out=True, **kw)
         elif n_held and opts.held_out_split:
@@ -193,18 +174,18 @@ def _domain_prompts(
         held = held[:n_held]
         held_what = f"the first {len(held)} prompts of {held_what}" if n_held else held_what
     else:
-        n = opts.n_calib + n_held
+        n = opts.calib_n + n_held
         try:
             texts, what = read_prompts(src, n=n, arg=f'prompts[{d!r}]', **kw)
         except ValueError as e:
             if 'prompts, got' not in str(e):
                 raise
             raise ValueError(
-                f"{e} (n_calib={opts.n_calib} to train + n_held={n_held} held out after them): give held_out "
-                f"prompts, or lower n_calib / n_held"
+                f"{e} (calib_n={opts.calib_n} to train + n_held={n_held} held out after them): give held_out "
+                f"prompts, or lower calib_n / n_held"
             ) from None
-        calib, held = texts[: opts.n_calib], texts[opts.n_calib : n]
-        held_what = f"the {n_held} prompts after the first {opts.n_calib} of {what} (not trained on)"
+        calib, held = texts[: opts.calib_n], texts[opts.calib_n : n]
+        held_what = f"the {n_held} prompts after the first {opts.calib_n} of {what} (not trained on)"
     return calib, held, dict(calib=f"the first {len(calib)} prompts of {what}", held=held_what)
 
 # %% ../nbs/24_correct.ipynb #83370e38
@@ -264,30 +245,21 @@ def plan_correction(
 # %% ../nbs/24_correct.ipynb #c09872d2
 def train_module(
     cache,  # the calibration HiddenCache
-    options: CorrectOptions,  # kind, loss, rank, iters, lr, batch_size, seed, max_len
+    options: CorrectOptions,  # kind, loss, rank, iters, lr, train_batch_size, seed, max_len
     expert_head=None,  # the expert's LM head (the kl and ce losses need it)
     progress: bool = False,  # show a progress bar
 ):
     "A fresh module of `options.kind`, seeded, trained on `cache` (`train.train_surgery`)."
     from darts_nb.core import set_seed
     from darts_nb.surgery import make_surgery
-    from darts_nb.train import train_surgery
+    from darts_nb.train import TrainSettings, train_surgery
 
     o = options
     set_seed(o.seed)
     module = make_surgery(o.kind, cache.hidden_size, rank=o.rank, max_len=o.max_len).to(cache.device)
     head = expert_head if o.loss in ('kl', 'ce') else None
-    train_surgery(
-        module,
-        cache,
-        loss=o.loss,
-        iters=o.iters,
-        lr=o.lr,
-        batch_size=o.batch_size,
-        seed=o.seed,
-        head=head,
-        progress=progress,
-    )
+    settings = TrainSettings(loss=o.loss, iters=o.iters, lr=o.lr, batch_size=o.train_batch_size, seed=o.seed)
+    train_surgery(module, cache, settings=settings, head=head, progress=progress)
     return module
 
 # %% ../nbs/24_correct.ipynb #a4497a3f
@@ -361,7 +333,7 @@ def score_tasks(
     merged,  # the merged checkpoint (a folder)
     modules: dict,  # domain -> its module (a SurgeryModule or a module folder)
     tasks,  # lm-eval task names: `TASK` (every domain) or `DOMAIN=TASK` (`task_pairs`)
-    options: CorrectOptions | None = None,  # include_path, limit, eval_batch_size, device, seed
+    options: CorrectOptions | None = None,  # include_path, eval_limit, eval_batch_size, device, seed
     **kw,  # options by keyword
 ) -> pd.DataFrame:
     "Per domain, task and metric: the merge's score without and with the module, paired by item: diff, lo, hi, n."
@@ -373,7 +345,7 @@ def score_tasks(
     from darts_nb.stats import paired_ci
     from darts_nb.surgery_files import load_surgery
     from darts_nb.hooks import surgery
-    from darts_nb.zoo import load_model
+    from darts_nb.checkpoints import load_model
 
     o = correct_options(options, **kw)
     pairs = task_pairs(tasks, list(modules))
@@ -387,7 +359,9 @@ def score_tasks(
         got = {}
         for arm, module in (('without', None), ('with', m.to(model.device))):
             with surgery(lm.model, module):
-                out = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=o.limit, log_samples=True, **seeds)
+                out = simple_evaluate(
+                    model=lm, tasks=names, task_manager=tm, limit=o.eval_limit, log_samples=True, **seeds
+                )
             got[arm] = _item_scores(out).set_index(['task', 'metric', 'item']).value
         for (task, metric), b in got['without'].groupby(level=[0, 1]):
             a = got['with'].loc[(task, metric)]
@@ -402,11 +376,13 @@ def task_rows(
     domain: str,  # the module's domain
 ) -> dict:
     "Card rows: per task metric of `domain`, the score without and with the module and the paired difference."
+    from darts_nb.stats import interval_text
+
     if tasks is None:
         return {}
     return {
         f'{r.task} {r.metric} (n={r.n}): without, with the module, difference [95% CI]': (
-            f"{r.without:.4g}, {r.with_module:.4g}, {r.diff:+.4g} [{r.lo:+.4g}, {r.hi:+.4g}]"
+            f"{r.without:.4g}, {r.with_module:.4g}, {interval_text(r.diff, r.lo, r.hi, spec='+.4g')}"
         )
         for r in tasks[tasks.domain == domain].itertuples()
     }
@@ -511,7 +487,7 @@ def correct_merge(
     "Diagnose the merge against each expert, train and check one module per expert, save them: the summary table."
     import pandas as pd
     from darts_nb.core import default_device
-    from darts_nb.cache import get_or_build_cache
+    from darts_nb.cache import CacheSettings, get_or_build_cache
     from darts_nb.surgery_files import save_surgery
     from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight, plot_diagnosis
 
@@ -521,14 +497,15 @@ def correct_merge(
     dev = default_device(o.device)
     mh = lm_head_weight(plan.merged).to(dev)
     diags, modules, held, lines = {}, {}, {}, list(plan.notes)
+    cs = CacheSettings(max_len=o.max_len)
     for d, expert in plan.experts.items():
         eh = lm_head_weight(expert).to(dev)
-        cache = get_or_build_cache(plan.merged, expert, plan.calib[d], max_len=o.max_len, device=dev, progress=progress)
+        cache = get_or_build_cache(plan.merged, expert, plan.calib[d], settings=cs, device=dev, progress=progress)
         diags[d] = diagnose_pair(cache, mh, eh, heads=head_shift(plan.merged, expert))
         lines += diagnosis_lines(diags[d], d)
         if not o.diagnose_only:
             modules[d] = train_module(cache, o, expert_head=eh, progress=progress)
-            c = get_or_build_cache(plan.merged, expert, plan.held[d], max_len=o.max_len, device=dev, progress=progress)
+            c = get_or_build_cache(plan.merged, expert, plan.held[d], settings=cs, device=dev, progress=progress)
             held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
     tasks = None
     if o.tasks and not modules:
@@ -563,7 +540,7 @@ def export_all(
     out: Path,  # the output folder: each checkpoint goes to DOMAIN-corrected/
 ) -> list[Path]:
     "One corrected checkpoint per expert (`deploy.export_corrected`), the merge loaded once."
-    from darts_nb.zoo import load_model
+    from darts_nb.checkpoints import load_model
     from darts_nb.deploy import export_corrected
 
     model, tok = load_model(plan.merged, device='cpu')

@@ -113,7 +113,7 @@ def _timed_loader(
     "A loader of `path` (for `build_cache`) that records its own seconds as `phase`."
 
     def load():
-        from darts_nb.zoo import load_model
+        from darts_nb.checkpoints import load_model
 
         t = time.perf_counter()
         model, tok = load_model(path, device=device)

@@ -546,14 +546,14 @@ class EvalSettings:
     "How `evaluate_model` scores: the tasks, items, batches and seed; in the paper profile, its data and judge."
 
     profile: str = 'toy'  # 'toy' (our task YAMLs, greedy) or 'paper' (HumanEval, GSM8K, AlpacaEval)
-    limit: int | None = None  # score only the first `limit` items per domain (tests, quick looks)
+    eval_limit: int | None = None  # score only the first `eval_limit` items per domain (tests, quick looks)
     batch_size: int | str = 32  # generation batch size, or 'auto' (lm-eval finds the largest that fits)
     seed: int = 0  # split seed and sampling seed
     max_new_tokens: int | None = None  # override every task's generation budget
     chat_template: bool = False  # apply the tokenizer's chat template to every prompt
     log_samples: bool = False  # keep lm-eval's samples (generations) in `df.attrs['samples']`
     paths: dict | None = None  # paper profile: {domain: local benchmark file}
-    n_calib: int = 50  # paper profile: calibration items held out of the scored part
+    calib_n: int = 50  # paper profile: calibration items held out of the scored part
     judge: str | None = None  # paper profile: alpaca_eval annotators config (`judge_alpaca_eval`); None: not judged
     reference: str | Path | None = None  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
     out_dir: str | Path | None = None  # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
@@ -573,7 +573,7 @@ def _task_configs(
     if s.profile == 'toy':
         return {d: toy_task_config(d, seed=s.seed, max_new_tokens=s.max_new_tokens, tm=tm) for d in domains}
     return paper_task_configs(
-        domains, seed=s.seed, max_new_tokens=s.max_new_tokens, paths=s.paths, n_calib=s.n_calib, tm=tm
+        domains, seed=s.seed, max_new_tokens=s.max_new_tokens, paths=s.paths, n_calib=s.calib_n, tm=tm
     )
 
 # %% ../nbs/12_evaluate.ipynb #32f1377e
@@ -619,7 +619,7 @@ def _run_lm_eval(
             model=lm,
             tasks=list(cfgs.values()),
             task_manager=tm,
-            limit=s.limit,
+            limit=s.eval_limit,
             log_samples=True,
             random_seed=s.seed,
             numpy_random_seed=s.seed,

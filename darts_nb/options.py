@@ -12,21 +12,23 @@ import os
 from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 from .core import check_choice, check_int
+from .names import EXECUTORS, LOSSES, SURGERY_KINDS
 
 # %% auto #0
-__all__ = ['MAX_NAME', 'EXECUTORS', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
-           'check_run_name', 'check_shared_dir', 'max_workers', 'RunOptions', 'check_fields', 'run_options',
-           'add_option_flags', 'options_from_args', 'check_judge_settings']
+__all__ = ['SHARED', 'MAX_NAME', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
+           'generation_batch_size', 'shared_option', 'check_run_name', 'check_shared_dir', 'max_workers', 'RunOptions',
+           'check_fields', 'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
     default,  # the setting's default
     help: str,  # what the command line shows for it
     flag: str | None = None,  # the flag, if not `--` + the field's name with dashes
+    aliases: tuple = (),  # old spellings of the flag, still parsed, not shown
     **argparse_kw,  # type, choices, metavar: passed to `add_argument`
 ):
-    "A `RunOptions` field: its default, and its command-line flag in the field's metadata."
-    return field(default=default, metadata=dict(help=help, flag=flag, argparse=argparse_kw))
+    "A field of an options dataclass: its default, and its command-line flag in the field's metadata."
+    return field(default=default, metadata=dict(help=help, flag=flag, aliases=tuple(aliases), argparse=argparse_kw))
 
 # %% ../nbs/15_options.ipynb #8e1986d0
 def device_arg(
@@ -51,6 +53,56 @@ def batch_size_arg(
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {value!r}")
     return n
+
+# %% ../nbs/15_options.ipynb #371eb9e9
+def generation_batch_size(
+    batch_size: int | str | None,  # the one asked for (None: choose)
+    tasks: str,  # the task set: 'toy' or 'paper'
+    device: str | None = None,  # where the model runs (None: cuda when available)
+) -> int | str:
+    "The generation batch size: `batch_size`, else 'auto' for the paper's tasks on a GPU (lm-eval finds it), else 32."
+    from darts_nb.core import default_device
+
+    if batch_size:
+        return batch_size
+    return 'auto' if tasks == 'paper' and default_device(device).type == 'cuda' else 32
+
+# %% ../nbs/15_options.ipynb #329d5e47
+SHARED = {  # setting -> its default, help and argparse keywords: the one declaration of what several commands take
+    'device': dict(
+        default=None, help='cpu, cuda, cuda:N or mps (default: cuda when available, else cpu)', type=device_arg
+    ),
+    'eval_limit': dict(
+        default=None,
+        help="items scored per domain or lm-eval task (default: all; 60 with --quick; into an existing run, its own)",
+        type=int,
+    ),
+    'kind': dict(default='position', help='the surgery module: %(choices)s (position is DARTS)', choices=SURGERY_KINDS),
+    'loss': dict(default='ewl1', help='the training loss: %(choices)s (ewl1 is DARTS)', choices=LOSSES),
+    'rank': dict(default=16, help='the bottleneck rank r of the module', type=int),
+    'lr': dict(default=1e-3, help="Adam's learning rate", type=float),
+    'iters': dict(default=500, help='training steps', type=int),
+    'calib_n': dict(default=50, help='calibration prompts the module is trained on, per domain', type=int),
+    'seed': dict(
+        default=0,
+        help="calibration seed: which prompts are drawn, their order, and the module's initialisation",
+        type=int,
+    ),
+    'train_batch_size': dict(default=8, help='prompts per training step', type=int),
+    'max_len': dict(default=512, help="T_max: the module's positions; a longer prompt is refused", type=int),
+}
+
+# %% ../nbs/15_options.ipynb #38fd5f1e
+def shared_option(
+    name: str,  # a key of `SHARED`
+    choices: tuple | None = None,  # the choices the flag offers, if fewer than `SHARED`'s
+    aliases: tuple = (),  # old spellings of the flag, still parsed, not shown
+):
+    "The field of the shared setting `name`: its default and help as `SHARED` declares them."
+    kw = dict(SHARED[name])
+    if choices is not None:
+        kw['choices'] = choices
+    return option(aliases=aliases, **kw)
 
 # %% ../nbs/15_options.ipynb #3eecae88
 MAX_NAME = 100  # bytes (UTF-8) of a run name: room under the 255-byte file names of common file systems
@@ -88,7 +140,6 @@ def check_shared_dir(
     raise ValueError(f"shared_dir: expected an existing folder, got {path!r}, {what}")
 
 # %% ../nbs/15_options.ipynb #f53db6ad
-EXECUTORS = ('local', 'ray')  # executors.EXECUTORS (checked in the lesson below)
 PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
 
 # %% ../nbs/15_options.ipynb #551e6ed7
@@ -112,10 +163,8 @@ class RunOptions:
     profile: str | dict = option('toy', PROFILE_HELP)
     name: str = option('default', 'the run name (runs/NAME)')
     quick: bool = option(False, 'the demo: the quick records and sweep, 60 eval items per domain')
-    eval_limit: int | None = option(None, 'eval items per domain (default: 60 with --quick, all otherwise)', type=int)
-    device: str | None = option(
-        None, 'cpu, cuda, cuda:N or mps (default: cuda when available, else cpu)', type=device_arg
-    )
+    eval_limit: int | None = shared_option('eval_limit')
+    device: str | None = shared_option('device')
     workers: int = option(
         1,
         "processes computing jobs at once (with --executor ray and no --address: the local Ray instance's CPUs)",
@@ -196,29 +245,33 @@ def add_option_flags(
     parser: argparse.ArgumentParser,  # a parser or sub-command parser
     names: list[str] | None = None,  # the fields to add (None: all of them)
     help: dict | None = None,  # field -> help text that replaces the field's own
+    cls: type = RunOptions,  # the options dataclass whose fields become flags (declared by `option`)
 ) -> argparse.ArgumentParser:
-    "Add a flag for each field of `RunOptions` (or those in `names`) to `parser`; returns `parser`."
-    for f in fields(RunOptions):
+    "Add a flag for each field of `cls` (or those in `names`) to `parser`, and its hidden aliases; returns `parser`."
+    for f in fields(cls):
         if names is not None and f.name not in names:
             continue
         meta = f.metadata
         flag = meta['flag'] or '--' + f.name.replace('_', '-')
         text = (help or {}).get(f.name, meta['help'])
         if isinstance(f.default, bool):
-            action = 'store_false' if f.default else 'store_true'
-            parser.add_argument(flag, dest=f.name, action=action, help=text)
+            kw = dict(action='store_false' if f.default else 'store_true')
         else:
-            parser.add_argument(flag, dest=f.name, default=f.default, help=text, **meta['argparse'])
+            kw = meta['argparse']
+        parser.add_argument(flag, dest=f.name, default=f.default, help=text, **kw)
+        for alias in meta.get('aliases', ()):  # parsed into the same field; shown nowhere
+            parser.add_argument(alias, dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
     return parser
 
 # %% ../nbs/15_options.ipynb #17e55387
 def options_from_args(
-    args: argparse.Namespace,  # parsed arguments holding some `RunOptions` fields
+    args: argparse.Namespace,  # parsed arguments holding some fields of `cls`
+    cls: type = RunOptions,  # the options dataclass
     **kwargs,  # settings that win over the arguments
-) -> RunOptions:
-    "The `RunOptions` that parsed command-line arguments describe (fields absent from `args` keep their defaults)."
-    given = {f.name: getattr(args, f.name) for f in fields(RunOptions) if hasattr(args, f.name)}
-    return RunOptions(**{**given, **kwargs})
+):
+    "The `cls` options that parsed command-line arguments describe (fields absent from `args` keep their defaults)."
+    given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+    return cls(**{**given, **kwargs})
 
 # %% ../nbs/15_options.ipynb #2d123779
 JUDGE_KEYS = {  # an alpaca_eval completion function -> the environment variables one of which holds its key

@@ -24,7 +24,7 @@ from darts_nb.inputs import (
     source_key,
 )
 from .profiles import get_profile, Profile
-from .zoo import load_model
+from .checkpoints import load_model
 from .merge import sweep_configs
 from .executors import Job, execute, make_executor
 
@@ -421,12 +421,12 @@ def evaluate_in_run(
         domains=list(domains),
         settings=EvalSettings(
             profile=run.eval_profile,
-            limit=run.eval_limit,
+            eval_limit=run.eval_limit,
             batch_size=run.eval_batch_size,
             judge=run.judge,
             out_dir=run.shared / 'alpaca_eval',
             generator=re.sub(r'[^\w.+-]', '-', name),
-            n_calib=n_calib,
+            calib_n=n_calib,
         ),
     )
 

@@ -517,7 +517,7 @@ def main(
     ap.add_argument('--seed', type=int, default=0, help='another zoo of the same recipe (toy-s1, ...)')
     ap.add_argument('--rebuild', action='store_true', help='build the shipped zoo from its recipe here (toy-rebuilt)')
     ap.add_argument('--table', action='store_true', help='score each model on each domain')
-    ap.add_argument('--limit', type=int, default=None, help='eval items per domain for --table')
+    ap.add_argument('--eval-limit', type=int, default=None, help='eval items per domain for --table')
     ap.add_argument('--verbose', action='store_true', help="the libraries' own progress bars and warnings too")
     a = ap.parse_args(argv)
     quiet_libraries(a.verbose)
@@ -532,7 +532,7 @@ def main(
         where = f'{reference_dir(a.size)} (shipped, checked)' if shipped else zoo_dir(a.size, a.seed)
         print(f'zoo {name} ready in {where} ({time.time() - t0:.0f} s)')
         if a.table:
-            print(zoo_table(paths, a.limit).round(1).to_string())
+            print(zoo_table(paths, a.eval_limit).round(1).to_string())
     finally:
         sys.stderr = err
     return paths

@@ -49,8 +49,16 @@ BAD = {  # argv -> (exit status, what the message must say)
     'lr 1e30': (['surgery', '--lr', '1e30'], 2, '--lr: expected a number in (0, 1], got 1e+30'),
     'lr nan': (['surgery', '--lr', 'nan'], 2, '--lr: expected a number in (0, 1], got nan'),
     'surgery eval limit 0': (['surgery', '--eval-limit', '0'], 2, '--eval-limit: expected an integer >= 1, got 0'),
-    'eval limit 0': (['eval', '--model', '/no/such/model', '--limit', '0'], 2, '--limit: expected an integer >= 1'),
-    'zoo limit 0': (['zoo', '--size', 'ci', '--table', '--limit', '0'], 2, '--limit: expected an integer >= 1, got 0'),
+    'eval limit 0': (
+        ['eval', '--model', '/no/such/model', '--eval-limit', '0'],
+        2,
+        '--eval-limit: expected an integer >= 1',
+    ),
+    'zoo limit 0': (
+        ['zoo', '--size', 'ci', '--table', '--eval-limit', '0'],
+        2,
+        '--eval-limit: expected an integer >= 1, got 0',
+    ),
     'merge not of the grid form': (
         ['surgery', '--profile', 'ci', '--name', 'typo', '--merge', 'ta-0.55x'],
         2,
@@ -249,13 +257,14 @@ def test_a_diverging_rate_names_the_flag_and_its_value(tmp_path, monkeypatch):
     import darts_nb.run_arms
     import darts_nb.stages
     from darts_nb.cli import _parser, cmd_surgery
-    from darts_nb.train import _diverged
+    from darts_nb.train import TrainSettings, _diverged
 
     monkeypatch.setenv('DARTS_HOME', str(tmp_path))
 
     def run_arm(run, merge, domain, arm):
         if arm.kind != 'none':  # the module's arm trains, and diverges
-            raise _diverged(3, arm.iters, value=float('inf'), lr=arm.lr, loss='ewl1', what='loss is not finite')
+            settings = TrainSettings(loss='ewl1', iters=arm.iters, lr=arm.lr)
+            raise _diverged(3, settings, value=float('inf'), what='loss is not finite')
         return None
 
     monkeypatch.setattr(darts_nb.runs, 'make_run', lambda *a, **k: object())

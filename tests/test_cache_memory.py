@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import darts_nb.runs as runs_mod
-import darts_nb.zoo as zoo_mod
+import darts_nb.checkpoints as checkpoints_mod
 from darts_nb.cache import build_cache, get_or_build_cache, CacheSettings
 from darts_nb.zoo import build_zoo, load_model
 
@@ -40,8 +40,8 @@ class Spy:
 
 def test_get_or_build_cache_holds_one_model_at_a_time(tmp_path, monkeypatch):
     zoo = build_zoo('ci')
-    spy = Spy(zoo_mod.load_model)
-    monkeypatch.setattr(zoo_mod, 'load_model', spy)  # get_or_build_cache's default loader
+    spy = Spy(checkpoints_mod.load_model)
+    monkeypatch.setattr(checkpoints_mod, "load_model", spy)  # get_or_build_cache's default loader
     c = get_or_build_cache(
         zoo['base'],
         zoo['code'],

@@ -74,7 +74,7 @@ def bad(zoo, texts, tmp_path_factory):
 def cases(zoo, merged, bad):
     "(what, library keywords, command-line arguments, the message's words): each refused before any model loads."
     math, code = zoo / 'math', zoo / 'code'
-    small = dict(n_calib=8, n_held=4)
+    small = dict(calib_n=8, n_held=4)
     cli_small = ['--n-calib', '8', '--n-held', '4']
     return (
         [
@@ -313,9 +313,9 @@ def test_same_module_from_the_function(zoo, merged, texts, tmp_path):
     from darts_nb.correct import CorrectOptions
 
     a = correct_merge(
-        merged, {'math': zoo / 'math'}, texts, out_dir=tmp_path / 'a', iters=10, n_calib=8, n_held=4, progress=False
+        merged, {'math': zoo / 'math'}, texts, out_dir=tmp_path / 'a', iters=10, calib_n=8, n_held=4, progress=False
     )
-    opts = CorrectOptions(iters=10, n_calib=8, n_held=4)
+    opts = CorrectOptions(iters=10, calib_n=8, n_held=4)
     b = correct_merge(merged, {'math': zoo / 'math'}, texts, out_dir=tmp_path / 'b', options=opts, progress=False)
     assert a.held_rho_l1[0] == b.held_rho_l1[0]
     wa = (tmp_path / 'a' / 'math' / 'surgery_model.safetensors').read_bytes()
@@ -377,7 +377,7 @@ def test_all_modules_on_one_model(zoo, merged, bad, tmp_path):
     out = tmp_path / 'fixed'
     experts = {'math': zoo / 'math', 'code': zoo / 'code'}
     correct_merge(
-        merged, experts, bad / 'p.jsonl', out_dir=out, field='question', iters=20, n_calib=8, n_held=4, progress=False
+        merged, experts, bad / 'p.jsonl', out_dir=out, field='question', iters=20, calib_n=8, n_held=4, progress=False
     )
     model, tok = load_model(merged, device='cpu')
     assert sorted(attach_corrections(model, out)) == ['code', 'math']

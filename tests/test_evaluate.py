@@ -62,7 +62,7 @@ def test_paper_profile_local_files(tmp_path, code_model):
             tok,
             domains=('math', 'instruct'),
             settings=EvalSettings(
-                profile='paper', paths=paths, limit=2, max_new_tokens=6, out_dir=tmp_path / 'ae', batch_size=2
+                profile='paper', paths=paths, eval_limit=2, max_new_tokens=6, out_dir=tmp_path / 'ae', batch_size=2
             ),
         )
     assert any('AlpacaEval not judged' in str(x.message) for x in w)

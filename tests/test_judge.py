@@ -241,7 +241,7 @@ def test_evaluate_model_records_the_judged_win_rate_and_its_items(tmp_path, monk
     ]
     ae = write_json(tmp_path / 'alpaca.json', items)  # the benchmark (50 calibration items held out) and reference
     kw = dict(
-        profile='paper', paths={'instruct': ae}, limit=3, max_new_tokens=6, batch_size=3, judge='alpaca_eval_gpt4'
+        profile='paper', paths={'instruct': ae}, eval_limit=3, max_new_tokens=6, batch_size=3, judge='alpaca_eval_gpt4'
     )
     with StandInJudge() as judge, patch.dict(os.environ, judge.env()), warnings.catch_warnings():
         warnings.simplefilter('ignore')

@@ -116,7 +116,7 @@ def test_darts_model_with_a_zero_module_is_the_plain_model_and_a_module_is_appli
     )  # the correction reached the score
     model, tok = load_model(str(expert), 'cpu')
     attach_surgery(model, load_surgery(runs['module']))
-    df = evaluate_model(model, tok, ['math'], settings=EvalSettings(limit=LIMIT))
+    df = evaluate_model(model, tok, ['math'], settings=EvalSettings(eval_limit=LIMIT))
     assert df.set_index('metric').at['exact_match', 'value'] == pytest.approx(100 * fixed['em'])
 
 
