@@ -16,12 +16,12 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from tqdm.auto import tqdm
+from .names import EXECUTORS
 from .core import LineLog, check_choice, write_json
 
 # %% auto #0
-__all__ = ['LOCAL_RAY_ENV', 'FORWARDED_ENV', 'EXECUTORS', 'Job', 'JobError', 'job_error', 'JobsFailed', 'run_job',
-           'LocalExecutor', 'note_failures', 'execute', 'start_local_ray', 'non_loopback_sockets', 'RayExecutor',
-           'make_executor']
+__all__ = ['LOCAL_RAY_ENV', 'FORWARDED_ENV', 'Job', 'JobError', 'job_error', 'JobsFailed', 'run_job', 'LocalExecutor',
+           'note_failures', 'execute', 'start_local_ray', 'non_loopback_sockets', 'RayExecutor', 'make_executor']
 
 # %% ../nbs/15b_executors.ipynb #2b5e0006
 @dataclass(frozen=True)
@@ -384,9 +384,6 @@ class RayExecutor:
             self._owned = False
 
 # %% ../nbs/15b_executors.ipynb #dc217f2c
-EXECUTORS = ('local', 'ray')
-
-
 def make_executor(
     executor: str = 'local',  # 'local' or 'ray'
     workers: int = 1,  # local: processes computing jobs at once

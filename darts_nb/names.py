@@ -13,10 +13,10 @@ __all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'CORRECT_KINDS', 'LOSSES', 'EXECU
 
 # %% ../nbs/02b_names.ipynb #102da3f2
 SURGERY_KINDS = ('standard', 'position', 'add', 'parallel', 'token', 'shuffled')  # surgery.SURGERY_KINDS
-SURGERY_ALIASES = {'darts': 'position'}  # surgery.SURGERY_ALIASES
+SURGERY_ALIASES = {'darts': 'position'}  # the registry's own (darts_nb.surgery imports it)
 CORRECT_KINDS = ('position', 'darts', 'standard', 'add', 'parallel')  # what `darts correct` trains (no controls)
 LOSSES = ('l1', 'ewl1', 'kl', 'ce')  # losses.LOSSES
-EXECUTORS = ('local', 'ray')  # executors.EXECUTORS
+EXECUTORS = ('local', 'ray')  # the registry's own (darts_nb.executors imports it)
 ZOO_SIZES = ('ci', 'toy')  # zoo.ZOO_SIZES
 PROFILES = (*ZOO_SIZES, 'llama2-7b')  # the profiles known by name (profiles.profile_refs)
 EXPERIMENTS = (  # experiments.EXPERIMENTS

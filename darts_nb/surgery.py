@@ -13,6 +13,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from fastcore.basics import patch
+from .names import SURGERY_ALIASES
 from .core import check_choice, check_int, moved_name
 
 # Re-exported (`_all_`): the positions every module takes, as `from darts_nb.surgery import positions_from_mask`
@@ -21,10 +22,10 @@ from .core import positions_from_mask  # noqa: F401
 _all_ = ['positions_from_mask']
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES', 'MAX_HEADER_BYTES',
-           'TEXT_FIELDS', 'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery',
-           'TokenSurgery', 'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config',
-           'surgery_from_config', 'apply_surgery', 'n_params', 'check_finite', 'positions_from_mask']
+__all__ = ['SURGERY_KINDS', 'MAX_SIZES', 'MAX_MODULE_BYTES', 'MAX_CONFIG_BYTES', 'MAX_HEADER_BYTES', 'TEXT_FIELDS',
+           'SurgeryModule', 'StandardSurgery', 'PositionSurgery', 'AddSurgery', 'ParallelSurgery', 'TokenSurgery',
+           'ShuffledPositionSurgery', 'surgery_kind', 'make_surgery', 'check_surgery_config', 'surgery_from_config',
+           'apply_surgery', 'n_params', 'check_finite', 'positions_from_mask']
 
 # %% ../nbs/04_surgery.ipynb #ffc00259
 def _bottleneck(hidden_size, rank):
@@ -245,8 +246,7 @@ class ShuffledPositionSurgery(PositionSurgery):
 SURGERY_KINDS = {
     c.kind: c
     for c in (StandardSurgery, PositionSurgery, AddSurgery, ParallelSurgery, TokenSurgery, ShuffledPositionSurgery)
-}
-SURGERY_ALIASES = {'darts': 'position'}
+}  # their names: darts_nb.names.SURGERY_KINDS, which the command line reads without torch
 
 # %% ../nbs/04_surgery.ipynb #5d81e012
 def surgery_kind(
