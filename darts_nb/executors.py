@@ -170,12 +170,18 @@ def execute(
     on_result=None,  # called with each result as it arrives, in the driver
     failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
     progress: bool = True,  # show the stage's progress line (False: a part of a stage that shows its own)
+    bar=None,  # the stage's line to show these jobs on, reset to their count (None: a line of their own)
 ) -> list:
     "Run the jobs and return their results in order; failures are recorded, then raised."
     results, failed = [None] * len(jobs), {}
     if not jobs:
         return results
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # the stage's line, shown where libraries' are off
+    own = bar is None
+    if own:
+        bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # shown where libraries' bars are off
+    else:  # one line per stage: its parts take turns on it
+        bar.reset(total=len(jobs))
+        bar.set_description(desc)
     try:
         for i, res in executor.results(run, jobs):
             if isinstance(res, JobError):
@@ -188,7 +194,8 @@ def execute(
                     on_result(res)
             bar.update()
     finally:
-        bar.close()
+        if own:
+            bar.close()
     if failures is not None:
         note_failures(failures, jobs, failed)
     if failed and executor.name == 'local':

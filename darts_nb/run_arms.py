@@ -8,6 +8,7 @@ Docs: https://darts-nb.github.io/darts_nb/run_arms.html.md"""
 from __future__ import annotations
 from pathlib import Path
 import pandas as pd
+from tqdm.auto import tqdm
 from .core import set_seed
 from .domains import DOMAINS, METRICS
 from .inputs import calib_items, item_texts
@@ -185,17 +186,12 @@ def run_arm(
         record_job(run, arm_job(run, merge, domain, arm=arm, scored=scored))
     return recorded(run, **key)
 
-# %% ../nbs/15d_run_arms.ipynb #c4ca1888
-def arms_over(
-    run: Run,  # the run
-    merges: list[str],  # merges to run the arms on
-    arms: list[Arm],  # the arms
-    desc: str,  # the progress bar's label
-) -> None:
-    "Run every (merge, arm, domain) not yet recorded as a job, after the merges and caches they read (each a job too)."
+# %% ../nbs/15d_run_arms.ipynb #c4210c52
+def _arms_over(run: Run, merges: list[str], arms: list[Arm], *, desc: str, bar) -> None:
+    "`arms_over`'s work, shown on the stage's line `bar`."
     missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
     if missing:
-        stage_merges(run, missing)  # before any job needs them
+        stage_merges(run, missing, bar=bar)  # before any job needs them
     todo = [
         (m, d, a)
         for m in dict.fromkeys(merges)
@@ -209,9 +205,24 @@ def arms_over(
         if a.kind != 'none':
             caches[(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] = None
     cache_jobs = [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches]
-    run_jobs(run, cache_jobs, f'{desc}: caches', record=False)
+    run_jobs(run, cache_jobs, f'{desc}: caches', record=False, bar=bar)
     arm_jobs = [
         Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
         for m, d, a in todo
     ]
-    run_jobs(run, arm_jobs, desc)
+    run_jobs(run, arm_jobs, desc, bar=bar)
+
+# %% ../nbs/15d_run_arms.ipynb #c4ca1888
+def arms_over(
+    run: Run,  # the run
+    merges: list[str],  # merges to run the arms on
+    arms: list[Arm],  # the arms
+    desc: str,  # the progress bar's label
+) -> None:
+    "Run every (merge, arm, domain) not yet recorded as a job, after the merges and caches they read (each a job too)."
+    # the stage's one line: its merges, caches and arms take turns on it (none for a stage with nothing to do)
+    bar = tqdm(desc=desc, disable=False, delay=0.5)
+    try:
+        _arms_over(run, merges, arms, desc=desc, bar=bar)
+    finally:
+        bar.close()

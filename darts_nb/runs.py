@@ -465,11 +465,14 @@ def run_jobs(
     desc: str,  # the progress bar's label
     record: bool = True,  # record each result in the run's store (False: return them, as for merges)
     progress: bool = True,  # show the stage's progress line (False: a part of a stage that shows its own)
+    bar=None,  # the stage's line to show these jobs on (None: a line of their own)
 ) -> list:
     "Compute the jobs with the run's executor; the driver records each result as it arrives, and the failures."
     on_result = (lambda res: record_job(run, res)) if record else None
     failures = run.dir / 'failed_jobs.json'
-    return execute(run.jobs_executor, run, jobs, desc=desc, on_result=on_result, failures=failures, progress=progress)
+    return execute(
+        run.jobs_executor, run, jobs, desc=desc, on_result=on_result, failures=failures, progress=progress, bar=bar
+    )
 
 # %% ../nbs/15_runs.ipynb #36e3359d
 # Names that moved to modules of their own stay importable from here; the import waits for their first use, so

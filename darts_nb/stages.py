@@ -106,12 +106,13 @@ def stage_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to merge (None: the run's sweep)
     progress: bool = True,  # a progress line (False: inside the sweep, which shows its own)
+    bar=None,  # the stage's line to show the merges on (None: a line of their own)
 ) -> pd.DataFrame:
     "Merge (resumably) without scoring, each merge a job; returns mergekit's table (name, status, seconds, error)."
     cfgs = _configs(run, names)
     check_configs(cfgs)  # once, in the driver: bad input raises before any job
     jobs = [Job(merge_job, (n, cfg), f'merge {n}') for n, cfg in cfgs.items()]
-    rows = run_jobs(run, jobs, 'merge', record=False, progress=progress)
+    rows = run_jobs(run, jobs, 'merge', record=False, progress=progress, bar=bar)
     res = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=['name', 'status', 'seconds', 'error'])
     record_merge_failures(merges_dir(run), res, cfgs)  # by the driver
     failed = res[res.status == 'failed']
@@ -153,6 +154,7 @@ def score_merges(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations of the grid to score (None: the run's sweep)
     progress: bool = True,  # a progress line (False: inside the sweep, which shows its own)
+    bar=None,  # the stage's line to show the scoring on (None: a line of their own)
 ) -> None:
     "Score every finished merge on every domain (skipped when recorded)."
     ready = [n for n in _configs(run, names) if merge_state(run, n) == 'ready']
@@ -161,7 +163,7 @@ def score_merges(
         Job(score_job, (str(merges_dir(run) / n), DOMAINS, dict(role='merged', merge_config=n)), f'score {n}')
         for n in todo
     ]
-    run_jobs(run, jobs, 'evaluate merges', progress=progress)
+    run_jobs(run, jobs, 'evaluate merges', progress=progress, bar=bar)
 
 # %% ../nbs/15c_stages.ipynb #d1f0869c
 def stage_sweep(
@@ -170,8 +172,12 @@ def stage_sweep(
 ) -> None:
     "Merge, then score, the sweep; without `run.keep_merges`, `workers` at a time, each deleted once scored."
     if run.keep_merges:
-        stage_merges(run, names)
-        score_merges(run, names)
+        bar = tqdm(desc='sweep', disable=False, delay=0.5)  # the stage's one line: its merges, then their scores
+        try:
+            stage_merges(run, names, bar=bar)
+            score_merges(run, names, bar=bar)
+        finally:
+            bar.close()
         return
     todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
     bar = tqdm(total=len(todo), desc='sweep (merge, score, delete)', unit='merge', disable=False)  # the stage's line
