@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
+from .options import SHARED
 from darts_nb.core import (
     final_hidden,
     hidden_entropy,
@@ -297,7 +298,7 @@ def release_memory() -> None:
 class CacheSettings:
     "How a hidden-state cache is computed: prompts' length, the stored dtype, the batches (the paper's by default)."
 
-    max_len: int = 512  # T_max: prompts are truncated to this many tokens
+    max_len: int = SHARED['max_len']['default']  # T_max: prompts are truncated to this many tokens
     dtype: torch.dtype = torch.bfloat16  # storage dtype of the hidden states
     batch_size: int = 8  # prompts per forward pass
     chunk_size: int = 1024  # positions per entropy chunk

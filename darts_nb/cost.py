@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
+from .options import SHARED
 from .core import default_device, set_seed, check_int, check_number, check_choice
 from .surgery import make_surgery, n_params
 from .surgery_files import save_surgery
@@ -73,9 +74,9 @@ def _dir_bytes(p: Path) -> int:
 class CostSettings:
     "What one measured calibration computes: the module, the prompts, the cache's and the training's settings."
 
-    kind: str = 'position'  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
-    rank: int = 16  # bottleneck rank
-    n_prompts: int = 50  # calibration prompts
+    kind: str = SHARED['kind']['default']  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
+    rank: int = SHARED['rank']['default']  # bottleneck rank
+    n_prompts: int = SHARED['calib_n']['default']  # calibration prompts
     cache: CacheSettings = CacheSettings()  # T_max (also the module's) and the forward passes' batch
     train: TrainSettings = TrainSettings()  # the loss, steps, batch and seed
     side_by_side: bool = False  # True: both models loaded first and held through training (the paper's Table 8)

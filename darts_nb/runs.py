@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 from fastcore.meta import delegates
-from .core import darts_home, write_json, stable_hash, default_device, moved_name
+from .core import darts_home, write_json, stable_hash, moved_name
 from .domains import DOMAINS
-from .options import RunOptions, run_options, check_run_name, check_shared_dir
+from .options import RunOptions, run_options, check_run_name, check_shared_dir, generation_batch_size
 from darts_nb.inputs import (
     models_key,
     run_inputs,
@@ -109,11 +109,8 @@ class Run:
 
     @property
     def eval_batch_size(self) -> int | str:
-        "The generation batch size: the run's, else 'auto' for the paper's tasks on a GPU (lm-eval finds it), else 32."
-        if self.batch_size:
-            return self.batch_size
-        on_gpu = default_device(self.device).type == 'cuda'
-        return 'auto' if self.eval_profile == 'paper' and on_gpu else 32
+        "The generation batch size: the run's, else `options.generation_batch_size`'s choice for its tasks and device."
+        return generation_batch_size(self.batch_size, self.eval_profile, device=self.device)
 
     def model(
         self,

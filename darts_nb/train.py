@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
+from .options import SHARED
 from .core import positions_from_mask, check_int, check_number
 from .losses import get_loss, compute_loss, LOSS_NEEDS, _head_logits
 from .cache import HiddenCache
@@ -41,11 +42,11 @@ def _frozen_weight(head, device) -> torch.Tensor:
 class TrainSettings:
     "How a surgery module is trained (the paper's settings by default); a value that cannot train is refused here."
 
-    loss: str = 'ewl1'  # a name in darts_nb.losses.LOSSES
-    iters: int = 500  # optimiser steps
-    lr: float = 1e-3  # Adam learning rate
-    batch_size: int = 8  # prompts per step
-    seed: int = 0  # fixes the shuffle order (and nothing else)
+    loss: str = SHARED['loss']['default']  # a name in darts_nb.losses.LOSSES
+    iters: int = SHARED['iters']['default']  # optimiser steps
+    lr: float = SHARED['lr']['default']  # Adam learning rate
+    batch_size: int = SHARED['train_batch_size']['default']  # prompts per step
+    seed: int = SHARED['seed']['default']  # fixes the shuffle order (and nothing else)
     betas: tuple[float, float] = (0.9, 0.999)  # Adam betas
 
     def __post_init__(self):
