@@ -170,7 +170,7 @@ def execute(
     on_result=None,  # called with each result as it arrives, in the driver
     failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
     progress: bool = True,  # show the stage's progress line (False: a part of a stage that shows its own)
-    bar=None,  # the stage's line to show these jobs on, reset to their count (None: a line of their own)
+    bar=None,  # the stage's line for these jobs: reset to their count, `desc` after it (None: a line of their own)
 ) -> list:
     "Run the jobs and return their results in order; failures are recorded, then raised."
     results, failed = [None] * len(jobs), {}
@@ -181,7 +181,7 @@ def execute(
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # shown where libraries' bars are off
     else:  # one line per stage: its parts take turns on it
         bar.reset(total=len(jobs))
-        bar.set_description(desc)
+        bar.set_postfix_str(desc, refresh=False)  # the stage keeps its name; the part is said after the count
     try:
         for i, res in executor.results(run, jobs):
             if isinstance(res, JobError):

@@ -187,7 +187,7 @@ def run_arm(
     return recorded(run, **key)
 
 # %% ../nbs/15d_run_arms.ipynb #c4210c52
-def _arms_over(run: Run, merges: list[str], arms: list[Arm], *, desc: str, bar) -> None:
+def _arms_over(run: Run, merges: list[str], arms: list[Arm], *, bar) -> None:
     "`arms_over`'s work, shown on the stage's line `bar`."
     missing = [m for m in dict.fromkeys(merges) if merge_state(run, m) != 'ready']
     if missing:
@@ -205,12 +205,12 @@ def _arms_over(run: Run, merges: list[str], arms: list[Arm], *, desc: str, bar) 
         if a.kind != 'none':
             caches[(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] = None
     cache_jobs = [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches]
-    run_jobs(run, cache_jobs, f'{desc}: caches', record=False, bar=bar)
+    run_jobs(run, cache_jobs, 'caches', record=False, bar=bar)
     arm_jobs = [
         Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')
         for m, d, a in todo
     ]
-    run_jobs(run, arm_jobs, desc, bar=bar)
+    run_jobs(run, arm_jobs, 'arms', bar=bar)
 
 # %% ../nbs/15d_run_arms.ipynb #c4ca1888
 def arms_over(
@@ -223,6 +223,6 @@ def arms_over(
     # the stage's one line: its merges, caches and arms take turns on it (none for a stage with nothing to do)
     bar = tqdm(desc=desc, disable=False, delay=0.5)
     try:
-        _arms_over(run, merges, arms, desc=desc, bar=bar)
+        _arms_over(run, merges, arms, bar=bar)
     finally:
         bar.close()
