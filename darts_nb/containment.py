@@ -13,15 +13,17 @@ import time
 import shutil
 import random
 import signal
+import difflib
 import tempfile
 import subprocess
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from importlib import resources
+from .core import check_int, check_number
 
 # %% auto #0
-__all__ = ['SandboxUnavailable', 'sandbox_python', 'sandbox_view', 'sandbox_layers']
+__all__ = ['SandboxUnavailable', 'sandbox_python', 'sandbox_view', 'SandboxLimits', 'sandbox_layers']
 
 # %% ../nbs/01a_containment.ipynb #1d9b4ddd
 _BOOT = resources.files('darts_nb').joinpath('_boot.py').read_text(encoding='utf-8')  # `python -I -S -c _BOOT`
@@ -174,6 +176,49 @@ def _read(f, limit: int) -> bytes:
     f.seek(n - limit)
     return head + b'\n...\n' + f.read()
 
+# %% ../nbs/01a_containment.ipynb #51788255
+_LIMITS = dict(memory_mb=(16, 1 << 20), max_procs=(1, 1 << 16), output_kb=(1, 1 << 20), file_mb=(1, 1 << 20))
+_LIMITS.update(scratch_mb=(1, 1 << 20), answer_mb=(1, 1 << 10))
+
+# %% ../nbs/01a_containment.ipynb #f118e233
+@dataclass(frozen=True)
+class SandboxLimits:
+    "The limits of one sandboxed run, checked when made: a ValueError names the limit, the value and what was expected."
+
+    timeout: float = 10.0  # wall-clock seconds before the program is killed (the CPU limit is a little above)
+    memory_mb: int = 1024  # address-space limit (RLIMIT_AS) in MiB
+    max_procs: int = 32  # process/thread limit (RLIMIT_NPROC) for the run
+    file_mb: int = 16  # largest file (and captured output) the program may write, in MiB
+    scratch_mb: int = 64  # the scratch directory's total size, in MiB
+    output_kb: int = 4  # stdout/stderr kept in the result, in KiB
+    answer_mb: int = 4  # with tests: the largest answer the checker reads from the program, in MiB
+    allow_unsafe: bool | None = None  # run even without a required layer (None: $DARTS_ALLOW_UNSAFE_CODE)
+
+    def __post_init__(self):
+        "Refuse a nonsense limit before anything runs: more than 0 and at most a day of wall clock, sizes in `_LIMITS`."
+        check_number(self.timeout, 'timeout', lo=0, lo_open=True)
+        check_number(self.timeout, 'timeout', hi=86400)
+        for k, (lo, hi) in _LIMITS.items():
+            check_int(getattr(self, k), k, lo=lo, hi=hi)
+        if self.allow_unsafe is not None and type(self.allow_unsafe) is not bool:
+            raise ValueError(f'allow_unsafe: expected True, False or None, got {self.allow_unsafe!r}')
+
+# %% ../nbs/01a_containment.ipynb #1f3c8aa2
+def _limits_from(
+    limits: SandboxLimits | None = None,  # a run's limits (None: the defaults)
+    **kwargs,  # fields of `SandboxLimits`, over those of `limits`
+) -> SandboxLimits:
+    "`limits` (or the defaults) with the keywords' fields; a TypeError names a keyword that is not a limit."
+    if limits is not None and not isinstance(limits, SandboxLimits):
+        raise TypeError(f'limits: expected a SandboxLimits or None, got {type(limits).__name__}')
+    known = [f.name for f in fields(SandboxLimits)]
+    for k in kwargs:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=2)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ''
+            raise TypeError(f'{k!r} is not a sandbox limit (a field of SandboxLimits){hint}')
+    return SandboxLimits(**kwargs) if limits is None else replace(limits, **kwargs)
+
 # %% ../nbs/01a_containment.ipynb #c8dcbf1b
 _REQUIRED = ('netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'landlock-fs', 'nproc', 'pdeathsig')
 
@@ -214,22 +259,77 @@ def _layers(box: _Box) -> tuple:
     s = box.rep.read()
     return tuple(json.loads(s)) if s else ()
 
+# %% ../nbs/01a_containment.ipynb #bf834673
+def _boot_config(
+    limits: SandboxLimits,  # the run's limits
+    uid: int,  # the uid the program runs as
+    work: Path | None,  # a scratch directory on the host, or None: the program gets a `/work` of its own
+    rep: int,  # the descriptor of the caller's unlinked file for the boot script's report
+) -> dict:
+    "What the boot script is told: the limits in the kernel's units, who runs, what it sees, the layers it requires."
+    return dict(
+        work=work and str(work),
+        uid=uid,
+        root=os.geteuid() == 0,
+        cpu=int(limits.timeout) + 2,
+        mem=int(limits.memory_mb) << 20,
+        ppid=os.getpid(),
+        nproc=int(limits.max_procs),
+        python=sandbox_python(),
+        fsize=int(limits.file_mb) << 20,
+        rep=rep,
+        view=sandbox_view(),
+        scratch=int(limits.scratch_mb) << 10,
+        # checked again in the boot script, run by run
+        require=[] if _allow_unsafe(limits.allow_unsafe) else _required(),
+        # to rehearse a kernel without them
+        skip=[k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k],
+    )
+
+# %% ../nbs/01a_containment.ipynb #6960b595
+def _launch(
+    cfg: dict,  # the boot script's config (`_boot_config`)
+    box: _Box,  # where the program's output and the boot script's report go
+    pass_fds: tuple = (),  # the caller's descriptors the program inherits besides the report's
+) -> subprocess.Popen:
+    "Start the boot script with `cfg` in a new session, isolated; the process, with the run's uid as `p.uid`."
+    p = subprocess.Popen(
+        [sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=box.out,
+        stderr=box.err,
+        cwd='/',
+        env={'PATH': '/usr/bin:/bin', 'LANG': 'C.UTF-8'},
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=(*pass_fds, box.rep.fileno()),
+    )
+    p.uid = cfg['uid']
+    return p
+
+# %% ../nbs/01a_containment.ipynb #3b79ba46
+def _feed(
+    p: subprocess.Popen,  # the boot script's process (`_launch`)
+    src: str,  # the program's source, read by the interpreter from its stdin
+) -> None:
+    "Write the program to the process's stdin and close it (a process that already ended reads nothing)."
+    try:
+        p.stdin.write(src.encode('utf-8', 'surrogatepass'))
+        p.stdin.close()
+    except BrokenPipeError:
+        pass
+
 # %% ../nbs/01a_containment.ipynb #3fb597fe
 @contextmanager
 def _sandboxed(
     src: str,  # the program's source (untrusted)
-    timeout: float,  # wall-clock seconds (the CPU limit is a little above)
-    memory_mb: int,  # address-space limit in MiB
-    max_procs: int,  # process limit
-    file_mb: int,  # largest file in MiB
+    limits: SandboxLimits,  # its limits (`_sandboxed` applies all but output_kb and answer_mb, the caller's own)
     pass_fds: tuple = (),  # the caller's descriptors the program inherits (the call server's pipes)
-    scratch_mb: int = 64,  # size of the program's scratch directory in MiB
-    allow_unsafe: bool | None = None,  # run even without a required layer
     _checked: bool = False,  # the layers are already known (the probe itself)
 ):
     "Start `src` in a fresh sandboxed interpreter; yields (process, `_Box`); kills and removes everything after."
     if not _checked:
-        _check_layers(allow_unsafe)
+        _check_layers(limits.allow_unsafe)
     root = os.geteuid() == 0
     uid = _sandbox_uid() if root else os.getuid()
     # a scratch directory on the host only where the program gets no view of its own (the probe, or allow_unsafe on
@@ -239,44 +339,11 @@ def _sandboxed(
     try:
         if work and root:
             os.chown(work, uid, uid)
-        require = [] if _allow_unsafe(allow_unsafe) else _required()  # checked again in the boot script, run by run
-        # to rehearse a kernel without them
-        skip = [k for k in os.environ.get('DARTS_SANDBOX_SKIP', '').split(',') if k]
         with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, tempfile.TemporaryFile('w+') as fr:
-            cfg = dict(
-                work=work and str(work),
-                uid=uid,
-                root=root,
-                cpu=int(timeout) + 2,
-                mem=int(memory_mb) << 20,
-                ppid=os.getpid(),
-                nproc=int(max_procs),
-                python=sandbox_python(),
-                fsize=int(file_mb) << 20,
-                rep=fr.fileno(),
-                view=sandbox_view(),
-                scratch=int(scratch_mb) << 10,
-                require=require,
-                skip=skip,
-            )
-            p = subprocess.Popen(
-                [sys.executable, '-I', '-S', '-c', _BOOT, json.dumps(cfg)],
-                stdin=subprocess.PIPE,
-                stdout=fo,
-                stderr=fe,
-                cwd='/',
-                env={'PATH': '/usr/bin:/bin', 'LANG': 'C.UTF-8'},
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(*pass_fds, fr.fileno()),
-            )
-            p.uid = uid
-            try:
-                p.stdin.write(src.encode('utf-8', 'surrogatepass'))
-                p.stdin.close()
-            except BrokenPipeError:
-                pass
-            yield p, _Box(fo, fe, fr)
+            box = _Box(fo, fe, fr)
+            p = _launch(_boot_config(limits, uid=uid, work=work, rep=fr.fileno()), box, pass_fds=pass_fds)
+            _feed(p, src)
+            yield p, box
     finally:
         if p is not None:
             _kill(p)
@@ -291,7 +358,8 @@ def sandbox_layers() -> tuple:
     "The layers this machine applies to a sandboxed program (one trivial run, remembered for the process)."
     key = os.environ.get('DARTS_SANDBOX_SKIP', '')
     if key not in _PROBED:
-        with _sandboxed('', 10.0, memory_mb=256, max_procs=8, file_mb=1, allow_unsafe=True, _checked=True) as (p, box):
+        probe = SandboxLimits(timeout=10.0, memory_mb=256, max_procs=8, file_mb=1, allow_unsafe=True)
+        with _sandboxed('', probe, _checked=True) as (p, box):
             p.wait(10)
             _PROBED[key] = _layers(box)
     return _PROBED[key]

@@ -17,14 +17,15 @@ import secrets
 import builtins
 import decimal
 import fractions
+import textwrap
 import threading
 import subprocess
 import collections
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fastcore.meta import delegates
 from . import _serve
-from .core import check_int, check_number
-from .containment import _sandboxed, _kill, _read, _truncate, _refused, _layers
+from .containment import SandboxLimits, _sandboxed, _kill, _read, _truncate, _refused, _layers, _limits_from
 from .containment import SandboxUnavailable, sandbox_python  # noqa: F401 (re-exported)
 from .containment import sandbox_view, sandbox_layers  # noqa: F401 (re-exported)
 
@@ -46,24 +47,6 @@ class CodeResult:
     uid: int | None = None  # the uid the program ran as (all its processes are killed afterwards)
     detail: str = ''  # with tests: what failed, in one line
 
-# %% ../nbs/01_sandbox.ipynb #a4488b2d
-_LIMITS = dict(memory_mb=(16, 1 << 20), max_procs=(1, 1 << 16), output_kb=(1, 1 << 20), file_mb=(1, 1 << 20))
-_LIMITS.update(scratch_mb=(1, 1 << 20), answer_mb=(1, 1 << 10))
-
-# %% ../nbs/01_sandbox.ipynb #fcb0b039
-def _check_limits(
-    timeout: float,  # wall-clock seconds: more than 0, at most a day
-    allow_unsafe: bool | None,  # True, False or None
-    **sizes,  # integer limits named in `_LIMITS`
-) -> None:
-    "Refuse a nonsense limit before anything runs: a ValueError naming the argument, the value and what was expected."
-    check_number(timeout, 'timeout', lo=0, lo_open=True)
-    check_number(timeout, 'timeout', hi=86400)
-    for k, v in sizes.items():
-        check_int(v, k, lo=_LIMITS[k][0], hi=_LIMITS[k][1])
-    if allow_unsafe is not None and type(allow_unsafe) is not bool:
-        raise ValueError(f'allow_unsafe: expected True, False or None, got {allow_unsafe!r}')
-
 # %% ../nbs/01_sandbox.ipynb #9146997b
 def _exit_status(
     rc: int | None,  # the exit status; None when the program ran out of time
@@ -82,29 +65,28 @@ def _exit_status(
 # %% ../nbs/01_sandbox.ipynb #05d2528d
 def _run_alone(
     program: str,  # Python source (untrusted)
-    timeout: float,  # wall-clock seconds before the program is killed
-    output_kb: int,  # stdout/stderr kept in the result, in KiB
-    lims: dict,  # the sandbox's limits (`_sandboxed`'s memory_mb, max_procs, file_mb, scratch_mb, allow_unsafe)
+    limits: SandboxLimits,  # the run's limits
 ) -> CodeResult:
     "Run `program` alone in the sandbox until it ends or its time is up: what happened, never `passed`."
     t0 = time.monotonic()
-    with _sandboxed(program, timeout, **lims) as (p, box):
+    keep = limits.output_kb << 10  # bytes of stdout and of stderr kept
+    with _sandboxed(program, limits) as (p, box):
         timed_out = False
         try:
-            p.wait(timeout=timeout)
+            p.wait(timeout=limits.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         seconds = time.monotonic() - t0
         _kill(p)  # background children too, before the output is read
-        out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
+        out, err = _read(box.out, keep), _read(box.err, keep)
         layers, uid = _layers(box), p.uid
     _refused(err)
     rc = None if timed_out else p.returncode
     return CodeResult(
         passed=False,
         status=_exit_status(rc, err),
-        stdout=_truncate(out, output_kb << 10),
-        stderr=_truncate(err, output_kb << 10),
+        stdout=_truncate(out, keep),
+        stderr=_truncate(err, keep),
         seconds=round(seconds, 3),
         returncode=rc,
         sandbox=layers,
@@ -112,48 +94,39 @@ def _run_alone(
     )
 
 # %% ../nbs/01_sandbox.ipynb #c8dcbf1b
+@delegates(SandboxLimits)
 def run_code(
     program: str,  # Python source (untrusted): a completion, possibly with its own asserts
-    timeout: float = 10.0,  # wall-clock seconds before the program is killed
-    memory_mb: int = 1024,  # address-space limit (RLIMIT_AS) in MiB
-    max_procs: int = 32,  # process/thread limit (RLIMIT_NPROC) for the run
-    output_kb: int = 4,  # stdout/stderr kept in the result, in KiB
-    file_mb: int = 16,  # largest file (and captured output) the program may write, in MiB
     tests: str | None = None,  # trusted test code, run here as `__main__` against the program's names
-    scratch_mb: int = 64,  # the scratch directory's total size, in MiB
-    allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
-    answer_mb: int = 4,  # with tests: the largest answer the checker reads from the program, in MiB
+    limits: SandboxLimits | None = None,  # the run's limits (None: the defaults of `SandboxLimits`)
+    **kwargs,  # any field of `SandboxLimits` (timeout, memory_mb, ...), over those of `limits`
 ) -> CodeResult:
     "Run `program` in a fresh sandboxed interpreter; with `tests`, the checker's verdict on it."
     if not isinstance(program, str):
         raise TypeError(f'program: expected str, got {type(program).__name__}')
     if tests is not None and not isinstance(tests, str):
         raise TypeError(f'tests: expected str or None, got {type(tests).__name__}')
-    sizes = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb)
-    _check_limits(timeout, allow_unsafe, output_kb=output_kb, answer_mb=answer_mb, **sizes)
-    lims = dict(allow_unsafe=allow_unsafe, **sizes)
-    if tests is not None:
+    limits = _limits_from(limits, **kwargs)
+    if tests is None:
+        return _run_alone(program, limits)
 
-        def check(remote):
-            ns = remote.namespace()
-            ns['__name__'] = (
-                '__main__'  # the tests' own `if __name__ == '__main__':` block runs, as in `python tests.py`
-            )
-            exec(compile(tests, '<tests>', 'exec'), ns)
+    def check(remote):
+        ns = remote.namespace()
+        ns['__name__'] = '__main__'  # the tests' own `if __name__ == '__main__':` block runs, as in `python tests.py`
+        exec(compile(tests, '<tests>', 'exec'), ns)
 
-        r = _serve_and_check(program, check, timeout, output_kb=output_kb, answer_mb=answer_mb, main=True, **lims)
-        return CodeResult(
-            passed=r['status'] == 'passed',
-            status=r['status'],
-            stdout=r['out'],
-            stderr=r['err'],
-            seconds=r['seconds'],
-            returncode=r['rc'],
-            sandbox=r['layers'],
-            uid=r['uid'],
-            detail=r['detail'],
-        )
-    return _run_alone(program, timeout, output_kb=output_kb, lims=lims)
+    r = _serve_and_check(program, check, limits, main=True)
+    return CodeResult(
+        passed=r['status'] == 'passed',
+        status=r['status'],
+        stdout=r['out'],
+        stderr=r['err'],
+        seconds=r['seconds'],
+        returncode=r['rc'],
+        sandbox=r['layers'],
+        uid=r['uid'],
+        detail=r['detail'],
+    )
 
 # %% ../nbs/01_sandbox.ipynb #b7c10c01
 def encode_value(
@@ -343,20 +316,18 @@ def _raised(
     return _Outcome('error', 'a malformed exception')
 
 # %% ../nbs/01_sandbox.ipynb #5f798e09
-def _body(
-    fn,  # a module-level function with a docstring
+def _module_code(
+    module,  # a module with a docstring
 ) -> str:
-    "The source of `fn`'s body as written in its file (indented one level): its signature and docstring left out."
-    if fn.__qualname__ != fn.__name__:
-        raise ValueError(f'{fn.__qualname__}: expected a module-level function with a docstring')
-    src = inspect.getsource(fn)
-    f = ast.parse(src).body[0]
-    if not isinstance(f, ast.FunctionDef) or ast.get_docstring(f) is None:
-        raise ValueError(f'{fn.__qualname__}: expected a module-level function with a docstring')
-    return ''.join(src.splitlines(keepends=True)[f.body[0].end_lineno :])
+    "The code of `module` as written in its file, its docstring left out."
+    src = inspect.getsource(module)
+    tree = ast.parse(src)
+    if ast.get_docstring(tree) is None:
+        raise ValueError(f'{module.__name__}: expected a module with a docstring')
+    return ''.join(src.splitlines(keepends=True)[tree.body[0].end_lineno :])
 
 # %% ../nbs/01_sandbox.ipynb #51e5648d
-_SERVE = _body(_serve.serve)  # the call server's code, spliced into the sandboxed program by `_server`
+_SERVE = _module_code(_serve)  # the call server's code, nested in the sandboxed program by `_server`
 
 # %% ../nbs/01_sandbox.ipynb #cae98a86
 def _server(
@@ -367,12 +338,10 @@ def _server(
     limit: int = 4 << 20,  # the largest answer in bytes
 ) -> str:
     "Source of the sandboxed interpreter: the program run inside a server of calls (its helpers out of its names)."
-    import inspect
-    import textwrap
-
-    helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value), '    ')
+    helpers = textwrap.indent(inspect.getsource(encode_value) + inspect.getsource(decode_value) + _SERVE, '    ')
+    start = '    serve(rfd, wfd, src, main, limit, codec=(encode_value, decode_value))'
     call = f'__darts_serve({rfd}, {wfd}, {program!r}, {main}, {limit})'
-    return f'def __darts_serve(rfd, wfd, src, main, limit):\n{helpers}\n{_SERVE}\n{call}\n'
+    return f'def __darts_serve(rfd, wfd, src, main, limit):\n{helpers}\n{start}\n{call}\n'
 
 # %% ../nbs/01_sandbox.ipynb #b030ed4c
 _BUILTIN_NAMES = frozenset(dir(__import__('builtins')))
@@ -526,24 +495,22 @@ def _verdict(
 def _serve_and_check(
     program: str,  # the candidate's program (untrusted)
     check,  # check(remote): the trusted tests
-    timeout: float,  # wall-clock seconds for the whole check
-    output_kb: int = 4,  # stdout/stderr kept, in KiB
-    answer_mb: int = 4,  # the largest answer read, in MiB
+    limits: SandboxLimits,  # the run's limits (its timeout is for the whole check)
     main: bool = False,  # run the program as `__main__` (`run_code`) or as HumanEval's harness does
-    **lims,  # the sandbox's limits
 ) -> dict:
     "Run `program` inside the call server in the sandbox and `check(remote)` here: the verdict is `check`'s."
     req_r, req_w = os.pipe()
     ans_r, ans_w = os.pipe()
     t0 = time.monotonic()
     remote = None
-    src = _server(req_r, ans_w, program=program, main=main, limit=answer_mb << 20)
+    keep = limits.output_kb << 10  # bytes of stdout and of stderr kept
+    src = _server(req_r, ans_w, program=program, main=main, limit=limits.answer_mb << 20)
     try:
-        with _sandboxed(src, timeout, pass_fds=(req_r, ans_w), **lims) as (p, box):
+        with _sandboxed(src, limits, pass_fds=(req_r, ans_w)) as (p, box):
             os.close(req_r)
             os.close(ans_w)
             req_r = ans_w = None
-            remote = _Remote(req_w, ans_r, t0 + timeout, limit=answer_mb << 20)
+            remote = _Remote(req_w, ans_r, t0 + limits.timeout, limit=limits.answer_mb << 20)
             status, detail = _verdict(check, remote)
             if 'exited before' in detail:
                 try:
@@ -552,7 +519,7 @@ def _serve_and_check(
                     pass
             rc = p.poll()
             _kill(p)
-            out, err = _read(box.out, output_kb << 10), _read(box.err, output_kb << 10)
+            out, err = _read(box.out, keep), _read(box.err, keep)
             layers, uid = _layers(box), p.uid
     finally:
         for fd in (req_r, req_w, ans_r, ans_w):
@@ -571,23 +538,19 @@ def _serve_and_check(
         seconds=round(time.monotonic() - t0, 3),
         calls=remote.calls if remote else 0,
         rc=rc,
-        out=_truncate(out, output_kb << 10),
-        err=_truncate(err, output_kb << 10),
+        out=_truncate(out, keep),
+        err=_truncate(err, keep),
         layers=layers,
         uid=uid,
     )
 
 # %% ../nbs/01_sandbox.ipynb #ca2f5aff
+@delegates(SandboxLimits)
 def check_completion(
     problem: dict,  # a HumanEval-style problem: prompt, test (defining check(candidate)), entry_point
     completion: str,  # the model's completion of the prompt (untrusted)
-    timeout: float = 10.0,  # wall-clock seconds for the whole check
-    memory_mb: int = 1024,  # the candidate's address-space limit in MiB
-    max_procs: int = 32,  # the candidate's process limit
-    file_mb: int = 16,  # the candidate's largest file, in MiB
-    scratch_mb: int = 64,  # the candidate's scratch directory, in MiB
-    allow_unsafe: bool | None = None,  # run even without a required layer (default: $DARTS_ALLOW_UNSAFE_CODE)
-    answer_mb: int = 4,  # the largest answer the checker reads from the candidate, in MiB
+    limits: SandboxLimits | None = None,  # the candidate's limits (None: the defaults), the timeout the whole check's
+    **kwargs,  # any field of `SandboxLimits` (timeout, memory_mb, ...), over those of `limits`
 ) -> CheckResult:
     "The checker's verdict on `completion`: the problem's tests run here, the completion in the sandbox answers calls."
     if not isinstance(problem, dict):
@@ -597,8 +560,7 @@ def check_completion(
             raise ValueError(f"problem[{k!r}]: expected a string, got {type(problem.get(k)).__name__}")
     if not isinstance(completion, str):
         raise TypeError(f'completion: expected str, got {type(completion).__name__}')
-    sizes = dict(memory_mb=memory_mb, max_procs=max_procs, file_mb=file_mb, scratch_mb=scratch_mb)
-    _check_limits(timeout, allow_unsafe, answer_mb=answer_mb, **sizes)
+    limits = _limits_from(limits, **kwargs)
 
     def check(remote):
         ns = {}
@@ -607,9 +569,7 @@ def check_completion(
         ns[problem['entry_point']] = remote.function(problem['entry_point'])
         ns['check'](ns[problem['entry_point']])
 
-    r = _serve_and_check(
-        problem['prompt'] + completion, check, timeout, answer_mb=answer_mb, allow_unsafe=allow_unsafe, **sizes
-    )
+    r = _serve_and_check(problem['prompt'] + completion, check, limits)
     return CheckResult(
         passed=r['status'] == 'passed',
         status=r['status'],

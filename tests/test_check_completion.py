@@ -235,6 +235,8 @@ def test_a_completions_main_block_does_not_run():
 HUGE = (
     '    import sys, os\n'
     '    fr = sys._getframe(1)\n'
+    '    while "wr" not in fr.f_locals:  # up to the server\'s frame, whatever steps lie between\n'
+    '        fr = fr.f_back\n'
     '    head = b\'{"id": "\' + fr.f_locals.get("nonce", "").encode() + b\'", "ok": [\'\n'
     '    fr.f_locals["wr"].write(head + b"[], " * (10 << 20) + b"[]]}\\n")\n'
     '    fr.f_locals["wr"].flush()\n'

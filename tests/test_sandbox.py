@@ -468,6 +468,7 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
     import darts_nb.sandbox as sbx
     import darts_nb.containment as cnt
     import darts_nb.core as core
+    import fastcore
 
     lib = Path(tempfile.mkdtemp(prefix='darts_nobody_'))
     pkg = lib / 'darts_nb'
@@ -475,13 +476,13 @@ def test_without_root_user_namespaces_give_the_same_layers(tmp_path):
     (pkg / '__init__.py').write_text('')
     shutil.copy(sbx.__file__, pkg)
     shutil.copy(cnt.__file__, pkg)
-    shutil.copy(core.__file__, pkg)  # the three modules the sandbox imports, stdlib only at import
+    shutil.copy(core.__file__, pkg)  # the three modules the sandbox imports (stdlib at import)
     for name in ('_boot.py', '_serve.py'):  # the boot program and the call server, read from the package
         shutil.copy(Path(cnt.__file__).with_name(name), pkg)
-    for q in (lib, pkg):
-        q.chmod(0o755)
-    for q in pkg.iterdir():
-        q.chmod(0o644)
+    # and fastcore, pure Python (`delegates` writes the signatures of run_code and check_completion)
+    shutil.copytree(Path(fastcore.__file__).parent, lib / 'fastcore', ignore=shutil.ignore_patterns('__pycache__'))
+    for q in (lib, *lib.rglob('*')):
+        q.chmod(0o755 if q.is_dir() else 0o644)
     d, secret = readable_secret()
     marker = f'{1000 + secrets.randbelow(8000)}.{secrets.randbelow(10**6)}'
     try:
@@ -570,15 +571,39 @@ BAD_LIMITS = [
 
 @pytest.mark.parametrize('kw,msg', BAD_LIMITS, ids=[str(kw) for kw, _ in BAD_LIMITS])
 def test_nonsense_limits_are_refused_before_a_run(kw, msg):
-    "Each limit is checked, with and without tests and in check_completion: a clear error, nothing started."
-    from darts_nb.sandbox import check_completion
+    """Each limit is checked, by keyword, in a SandboxLimits and over one, with and without tests and in
+    check_completion: a clear error, nothing started."""
+    from darts_nb.sandbox import check_completion, SandboxLimits
 
-    if 'output_kb' not in kw:  # check_completion keeps no output
-        prob = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
-        with pytest.raises(ValueError) as e:
-            check_completion(prob, '    return 1\n', **kw)
-        assert str(e.value) == msg
+    prob = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
+    with pytest.raises(ValueError) as e:
+        check_completion(prob, '    return 1\n', **kw)
+    assert str(e.value) == msg
     for tests in (None, 'assert x == 1'):
         with pytest.raises(ValueError) as e:
             run_code('x = 1', tests=tests, **kw)
         assert str(e.value) == msg
+        with pytest.raises(ValueError) as e:
+            run_code('x = 1', tests=tests, limits=SandboxLimits(timeout=T), **kw)
+        assert str(e.value) == msg
+    with pytest.raises(ValueError) as e:
+        SandboxLimits(**kw)
+    assert str(e.value) == msg
+
+
+def test_limits_travel_as_one_object_or_by_keyword():
+    "`limits=SandboxLimits(...)` and the same limits by keyword run alike; a keyword overrides the object's field."
+    from darts_nb.sandbox import check_completion, SandboxLimits
+
+    prog = 'import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)'
+    by_keyword = run_code(prog, timeout=T, memory_mb=256)
+    by_object = run_code(prog, limits=SandboxLimits(timeout=T, memory_mb=256))
+    overridden = run_code(prog, limits=SandboxLimits(timeout=T, memory_mb=512), memory_mb=256)
+    assert by_keyword.stdout == by_object.stdout == overridden.stdout == '256\n', (by_keyword, by_object, overridden)
+    prob = dict(prompt='def f():\n    "One."\n', test='def check(c):\n    assert c() == 1\n', entry_point='f')
+    assert check_completion(prob, '    return 1\n', limits=SandboxLimits(timeout=T)).passed
+    for call in (lambda: run_code('x = 1', timout=T), lambda: check_completion(prob, '    return 1\n', memory=64)):
+        with pytest.raises(TypeError, match='is not a sandbox limit'):
+            call()
+    with pytest.raises(TypeError, match='limits: expected a SandboxLimits or None, got dict'):
+        run_code('x = 1', limits=dict(timeout=T))
