@@ -255,7 +255,7 @@ def main(argv=None):
         f'calibration: {iters} iterations, rank {RANK}, loss {a.loss}',
         flush=True,
     )
-    sizes = dict(batch_size=a.batch_size, n_prompts=n, max_len=max_len, loss=a.loss)
+    sizes = dict(batch_size=a.batch_size, calib_n=n, max_len=max_len, loss=a.loss)
     plan = memory_plan(cfg_t.to_dict(), device=a.device, **sizes)
     plan_note = '' if plan.dtype == dtype else f' (the plan assumes {plan.dtype} on {dev.type})'
     print(f'memory plan: one at a time {gb(plan.peak)}, side by side {gb(plan.side_by_side)}{plan_note}', flush=True)

@@ -405,7 +405,7 @@ def main(argv=None):
                     settings=CostSettings(
                         kind=kind,
                         rank=RANK,
-                        n_prompts=a.prompts,
+                        calib_n=a.prompts,
                         cache=CacheSettings(max_len=a.max_len, batch_size=BATCH),
                         train=TrainSettings(loss=LOSS, iters=a.iters, batch_size=BATCH),
                     ),

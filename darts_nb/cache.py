@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/cache.html.md"""
 
 # %% ../nbs/06_cache.ipynb #6fd0b6ef
 from __future__ import annotations
+import difflib
 import gc
 import json
 import copy
@@ -13,11 +14,12 @@ import os
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from .options import SHARED
 from darts_nb.core import (
     final_hidden,
@@ -35,7 +37,8 @@ from .lease import clean_stale
 
 # %% auto #0
 __all__ = ['TENSORS', 'META', 'TOKEN_KINDS', 'HiddenCache', 'save_safetensors', 'check_pair', 'token_kinds', 'release_memory',
-           'CacheSettings', 'model_states', 'build_cache', 'cache_key', 'cache_path', 'get_or_build_cache']
+           'CacheSettings', 'ComputeOptions', 'model_states', 'build_cache', 'cache_key', 'cache_path',
+           'get_or_build_cache']
 
 # %% ../nbs/06_cache.ipynb #fb2bc3b4
 @dataclass
@@ -307,7 +310,36 @@ class CacheSettings:
         check_int(self.max_len, 'max_len')
         check_int(self.batch_size, 'batch_size')
 
+# %% ../nbs/06_cache.ipynb #0054635d
+@dataclass(frozen=True)
+class ComputeOptions:
+    "Where a computation's results live and whether a bar shows: how it runs, never what it computes (nor a key)."
+
+    device: str | torch.device | None = None  # where the results live (None: CUDA if available)
+    progress: bool = True  # show tqdm bars
+
+    def __post_init__(self):
+        if not isinstance(self.progress, bool):
+            raise ValueError(f"progress: expected True or False, got {self.progress!r}")
+
+# %% ../nbs/06_cache.ipynb #51535997
+def _split_keywords(
+    kwargs: dict,  # the keywords a function was given
+    own: dict,  # the function's own keywords -> their defaults
+    what: str,  # the function's name, for the message
+) -> tuple[dict, ComputeOptions]:
+    "(the function's own keywords, defaults filled in; the others as `ComputeOptions`); an unknown one is a TypeError."
+    known = [*own, *(f.name for f in fields(ComputeOptions))]
+    for k in kwargs:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=2)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ''
+            raise TypeError(f"{k!r} is not a keyword of {what} ({', '.join(known)}){hint}")
+    mine = {k: kwargs.get(k, v) for k, v in own.items()}
+    return mine, ComputeOptions(**{k: v for k, v in kwargs.items() if k not in own})
+
 # %% ../nbs/06_cache.ipynb #4ed24ea9
+@delegates(ComputeOptions, keep=True)
 @torch.no_grad()
 def model_states(
     model,  # a frozen causal LM
@@ -315,18 +347,17 @@ def model_states(
     attention_mask: torch.Tensor,  # N x T, 1 real / 0 pad
     settings: CacheSettings = CacheSettings(),  # the stored dtype and the batches (`max_len` is the ids' own)
     entropy: bool = False,  # also the model's next-token entropy per position (float32, zeros at pads)
-    device=None,  # where the results live (default CUDA if available)
-    progress: bool = True,  # show a tqdm bar
-    desc: str = 'cache',  # the bar's label
+    **kwargs,  # desc (the bar's label, default 'cache'), and `ComputeOptions`' fields (device, progress)
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     "One model over tokenized prompts: its final hidden states (N x T x H, zeros at pads), and its entropy or None."
+    own, opts = _split_keywords(kwargs, dict(desc='cache'), 'model_states')
     bs, dtype = settings.batch_size, settings.dtype
-    dev = default_device(device)
+    dev = default_device(opts.device)
     N, T = ids.shape
     states = torch.zeros(N, T, model.config.hidden_size, dtype=dtype, device=dev)
     ent = torch.zeros(N, T, dtype=torch.float32, device=dev) if entropy else None
     md = model.get_input_embeddings().weight.device
-    for i in tqdm(range(0, N, bs), desc=desc, disable=not progress):
+    for i in tqdm(range(0, N, bs), desc=own['desc'], disable=not opts.progress):
         b_ids, b_am = ids[i : i + bs], attention_mask[i : i + bs]
         mb = b_am.bool().to(dev)
         h, _ = final_hidden(model, b_ids.to(md), b_am.to(md), return_logits=False)
@@ -425,6 +456,7 @@ def _kind_codes(
     return torch.tensor(codes, dtype=torch.int8, device=device)
 
 # %% ../nbs/06_cache.ipynb #7a617d03
+@delegates(ComputeOptions, keep=True)
 @torch.no_grad()
 def build_cache(
     merged,  # the merged model M (frozen), or a loader: a function of no arguments returning it or (it, tokenizer)
@@ -432,20 +464,19 @@ def build_cache(
     tokenizer,  # the shared tokenizer (its padding side is kept); None: the one the merged loader returns
     prompts: list[str],  # calibration texts
     settings: CacheSettings = CacheSettings(),  # prompts' length, stored dtype, batches
-    device=None,  # where the cache lives (the training device; default CUDA if available)
-    target_tokenizer=None,  # the expert's tokenizer, if separate (default: the one its loader returns, if any)
-    progress: bool = True,  # show a tqdm bar
-    spans: list | None = None,  # per prompt, (start, end, kind) character spans: every token's kind is kept
+    **kwargs,  # spans, target_tokenizer (see above), and `ComputeOptions`' fields (device, progress)
 ) -> HiddenCache:
     "Run the frozen models over `prompts`, one after the other: hidden states, the expert's entropy, mask, ids."
+    own, opts = _split_keywords(kwargs, dict(spans=None, target_tokenizer=None), 'build_cache')
+    spans, target_tokenizer = own['spans'], own['target_tokenizer']
     _check_prompts(prompts, spans, settings)
     lazy = _is_loader(merged) or _is_loader(target)
     if tokenizer is None and not _is_loader(merged):
         raise ValueError("tokenizer: expected the shared tokenizer, got None (None only with a merged-model loader)")
     if not lazy:
         check_pair(merged, target, tokenizer=tokenizer, target_tokenizer=target_tokenizer)
-    dev = default_device(device)
-    kw = dict(settings=settings, device=dev, progress=progress)
+    dev = default_device(opts.device)
+    kw = dict(settings=settings, device=dev, progress=opts.progress)
     model, tok = _loaded(merged, 'merged')
     tokenizer, enc = _encode(
         tokenizer if tokenizer is not None else tok, prompts, max_len=settings.max_len, spans=spans
@@ -469,22 +500,33 @@ def build_cache(
     kinds = _kind_codes(enc, spans, device=dev)
     return HiddenCache(h_m, h_t, entropy, mask=am.bool().to(dev), meta=meta, ids=ids.to(dev), kinds=kinds)
 
+# %% ../nbs/06_cache.ipynb #31694cd5
+def _key_settings(
+    settings: CacheSettings | int,  # a `CacheSettings`, or a bare `max_len` (the default dtype)
+) -> CacheSettings:
+    "The settings a cache's key is made from: `settings`, or for a bare `max_len` the settings of that length."
+    if isinstance(settings, int) and not isinstance(settings, bool):
+        return CacheSettings(max_len=settings)
+    if not isinstance(settings, CacheSettings):
+        raise TypeError(f"settings: expected a CacheSettings (or a max_len), got {type(settings).__name__}")
+    return settings
+
 # %% ../nbs/06_cache.ipynb #fb485276
 def cache_key(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
     prompts: list[str],  # calibration texts
-    max_len: int = 512,  # T_max
-    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    settings: CacheSettings | int = CacheSettings(),  # its `max_len` and dtype are in the key (or a bare `max_len`)
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> list:
     "What a cache is computed from: each checkpoint's fingerprint, the prompts' hash, `max_len`, dtype, spans' hash."
+    s = _key_settings(settings)
     return [
         path_fingerprint(merged_path),
         path_fingerprint(target_path),
         stable_hash(list(prompts)),
-        int(max_len),
-        str(dtype),
+        s.max_len,
+        str(s.dtype),
     ] + ([stable_hash(spans)] if spans is not None else [])
 
 # %% ../nbs/06_cache.ipynb #eb600e59
@@ -492,48 +534,54 @@ def cache_path(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
     prompts: list[str],  # calibration texts
-    max_len: int = 512,  # T_max
-    dtype: torch.dtype = torch.bfloat16,  # storage dtype
+    settings: CacheSettings | int = CacheSettings(),  # its `max_len` and dtype are in the key (or a bare `max_len`)
     root: str | Path | None = None,  # default: $DARTS_HOME/caches
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
 ) -> Path:
     "Where the cache of these inputs (models, prompts, spans, max_len, dtype) lives: named by its `cache_key`'s hash."
-    key = stable_hash(cache_key(merged_path, target_path, prompts, max_len=max_len, dtype=dtype, spans=spans))
+    key = stable_hash(cache_key(merged_path, target_path, prompts, settings=settings, spans=spans))
     return (Path(root) if root is not None else darts_home() / 'caches') / f'cache-{key}'
 
+# %% ../nbs/06_cache.ipynb #98e96e58
+def _saved_cache(
+    path: Path,  # where the cache of these inputs lives
+    key: list,  # their `cache_key`
+    prompts: list[str],  # calibration texts
+    max_len: int,  # T_max
+    device=None,  # where it is loaded
+) -> HiddenCache | None:
+    "The cache saved at `path` if it is these inputs' (key, prompts, max_len); None if absent, another's or corrupt."
+    if not (path / TENSORS).exists():
+        return None
+    try:
+        c = HiddenCache.load(path, device=device)
+    except ValueError as e:
+        warnings.warn(f'{e}: building it again')
+        return None
+    same = c.meta.get('key', key) == key and c.meta.get('prompt_hash') == stable_hash(list(prompts))
+    return c if same and c.meta.get('max_len') == max_len else None
+
 # %% ../nbs/06_cache.ipynb #fb485277
+@delegates(ComputeOptions, keep=True)
 def get_or_build_cache(
     merged_path: str | Path,  # the merged model's directory
     target_path: str | Path,  # the expert's directory
     prompts: list[str],  # calibration texts
     settings: CacheSettings = CacheSettings(),  # prompts' length, stored dtype (both in the key), batches
-    device=None,  # the training device
-    root: str | Path | None = None,  # default: $DARTS_HOME/caches
-    progress: bool = True,  # show a tqdm bar
-    models=None,  # path -> (model, tokenizer), called for one model at a time; default: load from disk to `device`
     spans: list | None = None,  # per prompt, the spans that label its tokens (see `build_cache`)
+    **kwargs,  # root, models (see above), and `ComputeOptions`' fields (device: the training device; progress)
 ) -> HiddenCache:
     "Load the saved cache for these inputs, or build it (one model in memory at a time) and save it."
-    max_len = settings.max_len
-    inputs = dict(max_len=max_len, dtype=settings.dtype, spans=spans)
-    path = cache_path(merged_path, target_path, prompts, root=root, **inputs)
-    key = cache_key(merged_path, target_path, prompts, **inputs)
-    if (path / TENSORS).exists():
-        try:
-            c = HiddenCache.load(path, device=device)
-        except ValueError as e:
-            c = None
-            warnings.warn(f'{e}: building it again')
-        if (
-            c is not None
-            and c.meta.get('key', key) == key
-            and c.meta.get('prompt_hash') == stable_hash(list(prompts))
-            and c.meta.get('max_len') == max_len
-        ):
-            return c
+    own, opts = _split_keywords(kwargs, dict(root=None, models=None), 'get_or_build_cache')
+    path = cache_path(merged_path, target_path, prompts, settings=settings, root=own['root'], spans=spans)
+    key = cache_key(merged_path, target_path, prompts, settings=settings, spans=spans)
+    saved = _saved_cache(path, key, prompts, max_len=settings.max_len, device=opts.device)
+    if saved is not None:
+        return saved
     # temporaries of saves that were killed (judged by their lease or age, not by a pid on another host)
     clean_stale(path.parent)
-    dev = default_device(device)
+    dev = default_device(opts.device)
+    models = own['models']
     if models is None:
         from darts_nb.checkpoints import load_model
 
@@ -548,7 +596,7 @@ def get_or_build_cache(
         prompts=prompts,
         settings=settings,
         device=dev,
-        progress=progress,
+        progress=opts.progress,
         spans=spans,
     )
     # the key in the meta: a cache for other inputs is never returned

@@ -11,24 +11,27 @@ import time
 import tempfile
 import resource
 import threading
-from dataclasses import dataclass, field
+import difflib
+import warnings
+from dataclasses import dataclass, replace, InitVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
-from .options import SHARED
-from .core import default_device, set_seed, check_int, check_number, check_choice
+from .options import SHARED, check_fields
+from .core import default_device, set_seed, check_int, check_number
 from .surgery import make_surgery, n_params
 from .surgery_files import save_surgery
 from .train import train_surgery, TrainSettings
-from .cache import CacheSettings, build_cache
+from .cache import CacheSettings, ComputeOptions, build_cache
 from .losses import LOSS_NEEDS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # %% auto #0
-__all__ = ['COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS', 'CostSettings',
-           'calibration_cost', 'cost_table', 'weight_count', 'MemoryPlan', 'memory_plan']
+__all__ = ['COST_KEYWORDS', 'COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS',
+           'CostSettings', 'cost_settings', 'calibration_cost', 'cost_table', 'weight_count', 'MemoryPlan',
+           'memory_plan']
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c6
 def _rss_bytes() -> int:
@@ -76,10 +79,44 @@ class CostSettings:
 
     kind: str = SHARED['kind']['default']  # surgery kind (darts_nb.surgery.SURGERY_KINDS, or 'darts')
     rank: int = SHARED['rank']['default']  # bottleneck rank
-    n_prompts: int = SHARED['calib_n']['default']  # calibration prompts
+    calib_n: int = SHARED['calib_n']['default']  # calibration prompts
     cache: CacheSettings = CacheSettings()  # T_max (also the module's) and the forward passes' batch
     train: TrainSettings = TrainSettings()  # the loss, steps, batch and seed
     side_by_side: bool = False  # True: both models loaded first and held through training (the paper's Table 8)
+    n_prompts: InitVar[int | None] = None  # the old name of `calib_n` (read, with a DeprecationWarning)
+
+    def __post_init__(self, n_prompts):
+        if n_prompts is not None:
+            warnings.warn(
+                'CostSettings(n_prompts=...) is now CostSettings(calib_n=...)', DeprecationWarning, stacklevel=3
+            )
+            object.__setattr__(self, 'calib_n', n_prompts)
+        check_int(self.rank, 'rank')
+        check_int(self.calib_n, 'calib_n')
+
+# %% ../nbs/08_cost.ipynb #474b9331
+COST_KEYWORDS = ('kind', 'rank', 'calib_n', 'max_len', 'batch_size', 'loss')  # `cost_settings`' flat names
+
+# %% ../nbs/08_cost.ipynb #2db86010
+def cost_settings(
+    settings: CostSettings = CostSettings(),  # the settings the keywords change
+    **kwargs,  # by flat name (`COST_KEYWORDS`): kind, rank, calib_n, max_len, batch_size, loss
+) -> CostSettings:
+    "`settings` with each flat keyword in its place: max_len in the cache's, loss in the training's, batch_size both."
+    if not isinstance(settings, CostSettings):
+        raise TypeError(f"settings: expected a CostSettings, got {type(settings).__name__}")
+    if 'n_prompts' in kwargs and 'calib_n' not in kwargs:  # its old name
+        warnings.warn('n_prompts is now calib_n', DeprecationWarning, stacklevel=3)
+        kwargs['calib_n'] = kwargs.pop('n_prompts')
+    for k in kwargs:
+        if k not in COST_KEYWORDS:
+            near = difflib.get_close_matches(k, COST_KEYWORDS, n=2)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ''
+            raise TypeError(f"{k!r} is not a cost setting: expected one of {list(COST_KEYWORDS)}{hint}")
+    top = {k: v for k, v in kwargs.items() if k in ('kind', 'rank', 'calib_n')}
+    cache = {k: v for k, v in kwargs.items() if k in ('max_len', 'batch_size')}
+    train = {k: v for k, v in kwargs.items() if k in ('loss', 'batch_size')}
+    return replace(settings, cache=replace(settings.cache, **cache), train=replace(settings.train, **train), **top)
 
 # %% ../nbs/08_cost.ipynb #dfd3c31a
 def _cost_prompts(
@@ -132,15 +169,15 @@ def _measure_calibration(
     target_path: str | Path,  # the expert's directory
     prompts: list[str],  # the calibration texts
     settings: CostSettings,  # what the calibration computes
-    device: torch.device,  # where
-    progress: bool = False,  # tqdm bars
+    options: ComputeOptions,  # where (None: CUDA if available), and whether bars show
 ) -> dict:
     "The cache built and the module trained, timed: seconds per phase, the peak memory, the cache and the module."
     s, rec = settings, {}
+    device = default_device(options.device)
     keep = 'head' in LOSS_NEEDS.get(s.train.loss, ())
     merged = _timed_loader(merged_path, 'load_merged', device, record=rec)
     target = _timed_loader(target_path, 'load_target', device, record=rec, keep_head=keep)
-    kw = dict(settings=s.cache, device=device, progress=progress)
+    kw = dict(settings=s.cache, device=device, progress=options.progress)
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -155,7 +192,7 @@ def _measure_calibration(
         t3 = time.perf_counter()
         set_seed(s.train.seed)
         mod = make_surgery(s.kind, cache.hidden_size, rank=s.rank, max_len=s.cache.max_len).to(device)
-        train_surgery(mod, cache, s.train, head=rec.get('head'), progress=progress)
+        train_surgery(mod, cache, s.train, head=rec.get('head'), progress=options.progress)
         _sync(device)
         t4 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated(device) if device.type == 'cuda' else mem.bytes
@@ -184,16 +221,17 @@ def calibration_cost(
     target_path: str | Path,  # the expert's directory
     domain: str,  # the domain (recorded; its calibration split is the default prompts)
     settings: CostSettings = CostSettings(),  # the module, the prompts, the cache's and the training's settings
-    device=None,  # default CUDA if available
     prompts: list[str] | None = None,  # the calibration texts (default: the domain's calibration prompts)
-    progress: bool = False,  # tqdm bars
+    **kwargs,  # `ComputeOptions`' fields: device (default CUDA if available), progress (tqdm bars; here off by default)
 ) -> 'pd.DataFrame':
     "Table 8 for one calibration: wall clock per phase, peak memory, cache, parameter and checkpoint sizes."
     import pandas as pd
 
-    dev = default_device(device)
-    texts = _cost_prompts(domain, prompts, settings.n_prompts)
-    got = _measure_calibration(merged_path, target_path, texts, settings=settings, device=dev, progress=progress)
+    check_fields(kwargs, ComputeOptions, 'an option of calibration_cost (a field of ComputeOptions)')
+    opts = ComputeOptions(**{'progress': False, **kwargs})
+    dev = default_device(opts.device)
+    texts = _cost_prompts(domain, prompts, settings.calib_n)
+    got = _measure_calibration(merged_path, target_path, texts, settings=settings, options=replace(opts, device=dev))
     ck = _checkpoint_bytes(got['module'], merged_path, domain=domain, train=settings.train)
     cuda = dev.type == 'cuda'
     rows = [(phase, v, 's') for phase, v in got['seconds'].items()] + [
@@ -342,34 +380,37 @@ def _device_memory(
             return None
     return None
 
+# %% ../nbs/08_cost.ipynb #a32cedb7
+def _weight_bytes(
+    dev: torch.device,  # where the models load
+) -> int:
+    "Bytes per weight as `load_model` loads them: 2 (bfloat16) on a GPU, 4 (float32) elsewhere."
+    return 2 if dev.type == 'cuda' else 4
+
 # %% ../nbs/08_cost.ipynb #4d0b9bac
 def _plan_bytes(
     merged: dict,  # the merged model's config (the base's)
     expert: dict,  # the largest expert's config
-    wbytes: int,  # bytes per weight (2: bfloat16, 4: float32)
-    cpu: bool,  # attention scores materialised (no fused attention)
-    batch_size: int = 8,  # prompts per forward pass and per training step
-    n_prompts: int = 50,  # calibration prompts
-    max_len: int = 512,  # T
-    loss: str = 'ewl1',  # the training loss
+    dev: torch.device,  # where it computes: the weights' bytes; off a GPU, attention scores are materialised
+    settings: CostSettings = CostSettings(),  # the prompts, T, the batches, the loss and the entropy's chunk
     surgery_params: int = 0,  # the module's parameters
-    chunk_size: int = 1024,  # positions per entropy / logits chunk
 ) -> dict[str, tuple[int, int]]:
     "Row -> (bytes one model at a time, bytes side by side): weights, cache, forward, entropy, head, training, peak."
-    B, T, H = batch_size, max_len, int(merged['hidden_size'])
+    wbytes, cpu = _weight_bytes(dev), dev.type != 'cuda'
+    B, T, H = settings.cache.batch_size, settings.cache.max_len, int(merged['hidden_size'])
     w_m, w_t = weight_count(merged) * wbytes, weight_count(expert) * wbytes
     V = int(expert['vocab_size'])
-    cache = n_prompts * T * (2 * 2 * H + 4 + 1 + 8)  # h^M, h^k bf16; entropy f32; mask; ids int64
+    cache = settings.calib_n * T * (2 * 2 * H + 4 + 1 + 8)  # h^M, h^k bf16; entropy f32; mask; ids int64
 
     def forward(c):
         heads = int(c['num_attention_heads'])
         return B * T * (4 * H + 3 * int(c['intermediate_size'])) * wbytes + (B * heads * T * T * 4 if cpu else 0)
 
     fwd = max(forward(merged), forward(expert))
-    chunk = min(chunk_size, B * T)  # a batch's positions are cut in chunks
+    chunk = min(settings.cache.chunk_size, B * T)  # a batch's positions are cut in chunks
     ent = chunk * V * (wbytes + 12) + B * T * H * wbytes  # a chunk's logits, their float32 copies; the batch
-    head = V * H * (wbytes + 4) + 4 * chunk * V * 4 if 'head' in LOSS_NEEDS[loss] else 0
-    train = 8 * B * T * H * 4 + 16 * surgery_params
+    head = V * H * (wbytes + 4) + 4 * chunk * V * 4 if 'head' in LOSS_NEEDS[settings.train.loss] else 0
+    train = 8 * settings.train.batch_size * T * H * 4 + 16 * surgery_params
     one = max(w_m + cache + fwd, w_t + cache + max(fwd, ent), w_m + cache + train + head)
     side = max(w_m + w_t + cache + max(fwd, ent), w_m + w_t + cache + train + head)
     rows = dict(weights=(max(w_m, w_t), w_m + w_t), cache=cache, forward=fwd, entropy=ent, head=head, training=train)
@@ -397,7 +438,7 @@ class MemoryPlan:
     source: str  # where the configs came from
     table: 'pd.DataFrame'  # rows PLAN_ROWS' keys, columns 'one at a time' and 'side by side', bytes
     memory: int | None = None  # the device's memory in bytes (None: unknown)
-    settings: dict = field(default_factory=dict)  # batch size, prompts, max_len, loss, kind
+    settings: CostSettings = CostSettings()  # what the calibration computes: prompts, max_len, batches, loss, kind
 
     @property
     def peak(self) -> int:
@@ -429,8 +470,8 @@ class MemoryPlan:
     def __str__(self):
         s = self.settings
         head = (
-            f"memory plan: {self.name} on {self.device} ({self.dtype} weights; {s['n_prompts']} prompts x "
-            f"{s['max_len']} tokens, batch {s['batch_size']}, loss {s['loss']}; configs: {self.source})"
+            f"memory plan: {self.name} on {self.device} ({self.dtype} weights; {s.calib_n} prompts x "
+            f"{s.cache.max_len} tokens, batch {s.cache.batch_size}, loss {s.train.loss}; configs: {self.source})"
         )
         t = self.table.map(lambda b: _human(b, 'bytes'))
         t['paper, Table 8 (side by side, A100)'] = [TABLE8_MEMORY.get(k, '-') for k in t.index]
@@ -441,18 +482,12 @@ class MemoryPlan:
 def memory_plan(
     shape='llama2-7b',  # a profile ('toy', 'ci', 'llama2-7b', a Profile, dict or YAML path), a checkpoint or a config
     device=None,  # where the run computes: 'cuda', 'cuda:N', 'cpu' (None: CUDA if available); sets the weights' dtype
-    batch_size: int = 8,  # prompts per forward pass and per training step
-    n_prompts: int = 50,  # calibration prompts per domain
-    max_len: int = 512,  # T_max
-    loss: str = 'ewl1',  # the training loss ('kl' and 'ce' keep the expert's LM head)
-    kind: str = 'position',  # the surgery module
-    rank: int = 16,  # its bottleneck rank
+    settings: CostSettings = CostSettings(),  # what the calibration computes (the prompts are per domain)
     memory: float | None = None,  # the device's memory in GB, for a device that is not here (None: ask the device)
+    **kwargs,  # over `settings`, by flat name (`cost_settings`): kind, rank, calib_n, max_len, batch_size, loss
 ) -> MemoryPlan:
     "The memory one domain's calibration needs on `device`, from the configs alone, one model at a time and both."
-    for arg, v in (('batch_size', batch_size), ('n_prompts', n_prompts), ('max_len', max_len), ('rank', rank)):
-        check_int(v, arg)
-    check_choice(loss, LOSS_NEEDS, 'loss')
+    s = cost_settings(settings, **kwargs)
     try:
         dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu') if device is None else torch.device(device)
     except (RuntimeError, TypeError):
@@ -461,23 +496,11 @@ def memory_plan(
     merged = cfgs.get('base', next(iter(cfgs.values())))
     expert = max((c for r, c in cfgs.items() if r != 'base'), key=weight_count, default=merged)
     with torch.device('meta'):
-        params = n_params(make_surgery(kind, int(merged['hidden_size']), rank=rank, max_len=max_len))
-    wbytes = 2 if dev.type == 'cuda' else 4  # load_model: bfloat16 on a GPU, float32 elsewhere
-    rows = _plan_bytes(
-        merged,
-        expert,
-        wbytes=wbytes,
-        cpu=dev.type != 'cuda',
-        batch_size=batch_size,
-        n_prompts=n_prompts,
-        max_len=max_len,
-        loss=loss,
-        surgery_params=params,
-    )
+        params = n_params(make_surgery(s.kind, int(merged['hidden_size']), rank=s.rank, max_len=s.cache.max_len))
+    rows = _plan_bytes(merged, expert, dev, settings=s, surgery_params=params)
     import pandas as pd
 
     table = pd.DataFrame.from_dict(rows, orient='index', columns=['one at a time', 'side by side'])
     mem = _device_memory(dev) if memory is None else int(check_number(memory, 'memory', lo=0, lo_open=True) * 1e9)
-    settings = dict(batch_size=batch_size, n_prompts=n_prompts, max_len=max_len, loss=loss, kind=kind, rank=rank)
-    dtype = 'bfloat16' if wbytes == 2 else 'float32'
-    return MemoryPlan(name, str(dev), dtype, source=source, table=table, memory=mem, settings=settings)
+    dtype = 'bfloat16' if _weight_bytes(dev) == 2 else 'float32'
+    return MemoryPlan(name, str(dev), dtype, source=source, table=table, memory=mem, settings=s)
