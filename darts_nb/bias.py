@@ -6,17 +6,20 @@ Docs: https://darts-nb.github.io/darts_nb/bias.html.md"""
 
 # %% ../nbs/13_bias.ipynb #5ca3dfe2
 from __future__ import annotations
+from dataclasses import dataclass, replace
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from fastcore.meta import delegates
 from scipy import stats as sps
-from .core import positions_from_mask, pyplot, save_figure
+from .core import check_int, check_number, positions_from_mask, pyplot, save_figure
+from .options import check_fields
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['token_bias', 'synthetic_cache', 'align_positions', 'bias_by_position', 'bias_trend', 'bias_heatmap',
-           'plot_bias_trend']
+__all__ = ['token_bias', 'SyntheticSettings', 'synthetic_cache', 'align_positions', 'bias_by_position', 'bias_trend',
+           'bias_heatmap', 'plot_bias_trend']
 
 # %% ../nbs/13_bias.ipynb #d63e7357
 def _check_cache(cache, who: str):
@@ -65,25 +68,46 @@ def token_bias(
             out[i : i + chunk_size] = torch.where(mk, d, torch.nan).cpu()
     return out
 
+# %% ../nbs/13_bias.ipynb #73d51e84
+@dataclass(frozen=True)
+class SyntheticSettings:
+    "What `synthetic_cache` draws: the cache's shape, the bias planted in it (base + slope * position), the seed."
+
+    n: int = 16  # samples
+    t: int = 64  # padded length
+    h: int = 32  # hidden size
+    base: float = 0.1  # bias magnitude at position 0
+    slope: float = 0.0  # added magnitude per position
+    noise: float = 0.0  # sd of a per-(sample, position) multiplicative jitter
+    min_len: int | None = None  # shortest prompt (default t // 2)
+    seed: int = 0  # random seed
+
+    def __post_init__(self):
+        for k in ('n', 't', 'h'):
+            check_int(getattr(self, k), k)
+        check_number(self.base, 'base')
+        check_number(self.slope, 'slope')
+        check_number(self.noise, 'noise', lo=0)
+        check_int(self.min_len, 'min_len', hi=self.t, none=True)
+        check_int(self.seed, 'seed', lo=None)
+
 # %% ../nbs/13_bias.ipynb #e5fe231f
+@delegates(SyntheticSettings)
 def synthetic_cache(
-    n: int = 16,  # samples
-    t: int = 64,  # padded length
-    h: int = 32,  # hidden size
-    base: float = 0.1,  # bias magnitude at position 0
-    slope: float = 0.0,  # added magnitude per position
-    noise: float = 0.0,  # sd of a per-(sample, position) multiplicative jitter
-    min_len: int | None = None,  # shortest prompt (default t // 2)
-    seed: int = 0,  # random seed
+    settings: SyntheticSettings | None = None,  # the shape, the planted bias and the seed (None: the defaults)
+    **kwargs,  # any field of `SyntheticSettings` (n, t, h, base, slope, noise, min_len, seed): overrides `settings`
 ):
     "A left-padded cache-like object whose true Eq. 2 bias at position p is base + slope * p."
     from types import SimpleNamespace
 
+    check_fields(kwargs, SyntheticSettings, 'a synthetic cache setting')
+    s = replace(SyntheticSettings() if settings is None else settings, **kwargs)
+    n, t, h, base, slope, seed = s.n, s.t, s.h, s.base, s.slope, s.seed
     g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(min_len or t // 2, t + 1, (n,), generator=g)
+    lens = torch.randint(s.min_len or t // 2, t + 1, (n,), generator=g)
     mask = torch.arange(t)[None, :] >= (t - lens)[:, None]
     pos = positions_from_mask(mask).float()
-    mag = (base + slope * pos) * (1 + noise * torch.randn(n, t, generator=g)).clamp(min=0)
+    mag = (base + slope * pos) * (1 + s.noise * torch.randn(n, t, generator=g)).clamp(min=0)
     target = torch.randn(n, t, h, generator=g)
     sign = torch.randint(0, 2, (n, t, h), generator=g).float() * 2 - 1
     merged = target + sign * mag[..., None]

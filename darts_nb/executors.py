@@ -13,15 +13,19 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from fastcore.meta import delegates
 from tqdm.auto import tqdm
 from .names import EXECUTORS
 from .core import LineLog, check_choice, write_json
+from .options import check_fields
 
 # %% auto #0
 __all__ = ['LOCAL_RAY_ENV', 'FORWARDED_ENV', 'Job', 'JobError', 'job_error', 'JobsFailed', 'run_job', 'LocalExecutor',
-           'note_failures', 'execute', 'start_local_ray', 'non_loopback_sockets', 'RayExecutor', 'make_executor']
+           'note_failures', 'StageOptions', 'execute', 'start_local_ray', 'non_loopback_sockets', 'RayExecutor',
+           'make_executor']
 
 # %% ../nbs/15b_executors.ipynb #2b5e0006
 @dataclass(frozen=True)
@@ -161,24 +165,44 @@ def note_failures(
         write_json(path, known)
     return known
 
+# %% ../nbs/15b_executors.ipynb #f9d7c41b
+@dataclass(frozen=True)
+class StageOptions:
+    "How the driver follows a stage's jobs: each result as it arrives, the failures, and the progress line."
+
+    on_result: Callable | None = None  # called with each result as it arrives, in the driver
+    failures: str | Path | None = None  # where failed jobs are recorded (None: nowhere)
+    progress: bool = True  # show the stage's progress line (False: a part of a stage that shows its own)
+    bar: object = None  # the stage's line for these jobs: reset to their count, the label after it (None: their own)
+
+    def __post_init__(self):
+        if self.on_result is not None and not callable(self.on_result):
+            raise ValueError(f"on_result: expected a function of one result or None, got {self.on_result!r}")
+        if self.failures is not None and not isinstance(self.failures, (str, Path)):
+            raise ValueError(f"failures: expected a path or None, got {self.failures!r}")
+        check_choice(self.progress, (True, False), 'progress')
+        if self.bar is not None and not (hasattr(self.bar, 'reset') and hasattr(self.bar, 'update')):
+            raise ValueError(f"bar: expected a progress bar (tqdm) or None, got {self.bar!r}")
+
 # %% ../nbs/15b_executors.ipynb #f7c77d4c
+@delegates(StageOptions)
 def execute(
     executor,  # a LocalExecutor or RayExecutor
     run,  # the run (its `spec()` and `from_spec` rebuild it in workers)
     jobs: list[Job],  # the stage's jobs
     desc: str,  # the progress bar's label
-    on_result=None,  # called with each result as it arrives, in the driver
-    failures: str | Path | None = None,  # where failed jobs are recorded (None: nowhere)
-    progress: bool = True,  # show the stage's progress line (False: a part of a stage that shows its own)
-    bar=None,  # the stage's line for these jobs: reset to their count, `desc` after it (None: a line of their own)
+    options: StageOptions | None = None,  # what the driver does with results and failures, and the progress line
+    **kwargs,  # any field of `StageOptions` (on_result, failures, progress, bar): overrides `options`
 ) -> list:
     "Run the jobs and return their results in order; failures are recorded, then raised."
+    check_fields(kwargs, StageOptions, 'a stage option')
+    opts = replace(StageOptions() if options is None else options, **kwargs)
     results, failed = [None] * len(jobs), {}
     if not jobs:
         return results
-    own = bar is None
+    own, bar = opts.bar is None, opts.bar
     if own:
-        bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # shown where libraries' bars are off
+        bar = tqdm(total=len(jobs), desc=desc, disable=not opts.progress)  # shown where libraries' bars are off
     else:  # one line per stage: its parts take turns on it
         bar.reset(total=len(jobs))
         bar.set_postfix_str(desc, refresh=False)  # the stage keeps its name; the part is said after the count
@@ -190,14 +214,14 @@ def execute(
                     break
             else:
                 results[i] = res
-                if on_result is not None:
-                    on_result(res)
+                if opts.on_result is not None:
+                    opts.on_result(res)
             bar.update()
     finally:
         if own:
             bar.close()
-    if failures is not None:
-        note_failures(failures, jobs, failed)
+    if opts.failures is not None:
+        note_failures(opts.failures, jobs, failed)
     if failed and executor.name == 'local':
         raise next(iter(failed.values())).exc
     if failed:
@@ -352,7 +376,7 @@ class RayExecutor:
 
     def gpus_per_job(self, run) -> int:
         "1 when the run's models are on a GPU (its device says cuda, or nothing and the cluster has GPUs), else 0."
-        dev = str(getattr(run, 'device', None) or '')
+        dev = str(run.options.device or '')
         if dev:
             return int(dev.startswith('cuda'))
         return int(self.start().cluster_resources().get('GPU', 0) >= 1)

@@ -11,10 +11,12 @@ import json
 import re
 import shutil
 import time
+from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
+from fastcore.meta import delegates
 from tqdm.auto import tqdm
 from darts_nb.core import (
     darts_home,
@@ -24,8 +26,10 @@ from darts_nb.core import (
     in_notebook,
     is_disk_full,
     check_choice,
+    check_int,
     check_number,
 )
+from .options import check_fields
 from .lease import clean_stale, hold_lease
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .checkpoints import check_compatible, tensor_shapes, NOTE_FIELDS
@@ -40,7 +44,8 @@ __all__ = ['TA_LAMBDAS', 'LINEAR_DOMINANT', 'LINEAR_PAIR', 'TIES_WEIGHTS', 'TIES
            'merge_config', 'ta_config', 'linear_config', 'ties_config', 'dare_config', 'linear_weightings', 'family',
            'with_base_tokenizer', 'sweep_configs', 'quick_configs', 'config_paths', 'check_model_list',
            'check_parameters', 'validate_config', 'check_models', 'check_merge_output', 'unfinished_reason',
-           'is_finished', 'check_configs', 'record_merge_failures', 'run_merges', 'best_per_method', 'main']
+           'is_finished', 'check_configs', 'record_merge_failures', 'SweepSettings', 'run_merges', 'best_per_method',
+           'main']
 
 # %% ../nbs/09_merge.ipynb #4387bd8e
 TA_LAMBDAS = (0.3, 0.5, 0.7, 0.9, 1.0)
@@ -527,60 +532,89 @@ def record_merge_failures(
     if failures or path.exists():
         write_json(path, failures)
 
+# %% ../nbs/09_merge.ipynb #3e5b6142
+def _merge_status(
+    final: Path,  # where the merge goes: out_dir/name
+    cfg: dict,  # its mergekit configuration
+    mc,  # the same, validated (`validate_config`)
+    device: str,  # mergekit's device
+    seed: int,  # torch / mergekit seed
+) -> tuple[str, str | None]:
+    "Make one merge at `final` unless it is finished there: ('done', 'skipped' or 'failed', the error or None)."
+    import yaml
+
+    if final.exists():
+        why = unfinished_reason(final)
+        if why is None and not _same_config(final, cfg):
+            why = 'its merge.yaml is another configuration'
+        if why is None:
+            return 'skipped', None
+        return 'failed', f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
+    try:
+        with atomic_path(final, replace=False) as tmp, hold_lease(tmp):
+            tmp.mkdir()
+            _merge_one(mc, tmp, device=device, seed=seed)
+            check_merge_output(tmp, config_paths(cfg)[0])
+            _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
+            plain = json.loads(json.dumps(cfg))
+            (tmp / 'merge.yaml').write_text(yaml.safe_dump(plain, sort_keys=False))
+    except Exception as e:
+        if is_disk_full(e):
+            raise  # core.atomic_path's clear error, naming the merge: the sweep stops
+        return 'failed', f"{type(e).__name__}: {e}"
+    return 'done', None
+
+# %% ../nbs/09_merge.ipynb #3385ffc0
+@dataclass(frozen=True)
+class SweepSettings:
+    "How `run_merges` runs: mergekit's device and seed, the progress bar, the failures record, the checks first."
+
+    device: str | None = None  # 'cpu', 'cuda', ...; default CUDA if available
+    seed: int = 0  # torch / mergekit seed set before each merge (DARE masks)
+    progress: bool = True  # show a tqdm bar
+    record: bool = True  # update out_dir/_failures.json (False: a cluster worker returns rows the driver records)
+    check: bool = True  # check the configurations and checkpoints first (False: the caller did, with `check_configs`)
+
+    def __post_init__(self):
+        if self.device is not None and not isinstance(self.device, (str, torch.device)):
+            raise ValueError(f"device: expected cpu, cuda, cuda:N, mps or None, got {self.device!r}")
+        check_int(self.seed, 'seed', lo=None)
+        for k in ('progress', 'record', 'check'):
+            check_choice(getattr(self, k), (True, False), k)
+
 # %% ../nbs/09_merge.ipynb #8755947c
+@delegates(SweepSettings)
 def run_merges(
     configs: dict[str, dict],  # name -> mergekit configuration (from `sweep_configs`)
     out_dir: str | Path,  # merge `name` goes to out_dir/name
-    device: str | None = None,  # 'cpu', 'cuda', ...; default CUDA if available
-    seed: int = 0,  # torch / mergekit seed set before each merge (DARE masks)
-    progress: bool = True,  # show a tqdm bar
-    record: bool = True,  # update out_dir/_failures.json (False: a cluster worker returns rows the driver records)
-    check: bool = True,  # check the configurations and checkpoints first (False: the caller did, with `check_configs`)
+    settings: SweepSettings | None = None,  # device, seed, progress bar, failures record, checks (None: the defaults)
+    **kwargs,  # any field of `SweepSettings` (device, seed, progress, record, check): overrides `settings`
 ) -> 'pd.DataFrame':
     "Run the merges not finished yet, each checked before it counts: a table of name, status, seconds and error."
     import pandas as pd
-    import yaml
 
+    check_fields(kwargs, SweepSettings, 'a sweep setting')
+    s = replace(SweepSettings() if settings is None else settings, **kwargs)
     if not isinstance(configs, dict):
         raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
-    parsed = check_configs(configs) if check else {n: validate_config(n, c) for n, c in configs.items()}
+    parsed = check_configs(configs) if s.check else {n: validate_config(n, c) for n, c in configs.items()}
     out_dir = Path(out_dir).expanduser().absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
-    dev = str(default_device(device))
+    dev = str(default_device(s.device))
     # temporaries abandoned by this machine's dead processes, or silent past their lease (another node's)
     clean_stale(out_dir)
-    if record:
+    if s.record:
         _read_failures(out_dir / '_failures.json')  # a damaged record stops the sweep before any work
     rows, n = [], dict(done=0, skipped=0, failed=0)
-    bar = tqdm(configs.items(), desc='merge', disable=not progress)
+    bar = tqdm(configs.items(), desc='merge', disable=not s.progress)
     for name, cfg in bar:
-        final, t0, err = out_dir / name, time.time(), None
-        if final.exists():
-            why = unfinished_reason(final)
-            if why is None and not _same_config(final, cfg):
-                why = 'its merge.yaml is another configuration'
-            status = 'skipped' if why is None else 'failed'
-            if why is not None:
-                err = f"{final} exists but is not a finished merge of this configuration ({why}); delete it to redo"
-        else:
-            try:
-                with atomic_path(final, replace=False) as tmp, hold_lease(tmp):
-                    tmp.mkdir()
-                    _merge_one(parsed[name], tmp, device=dev, seed=seed)
-                    check_merge_output(tmp, config_paths(cfg)[0])
-                    _copy_tokenizer(Path(cfg.get('tokenizer_source') or config_paths(cfg)[0]), tmp)
-                    plain = json.loads(json.dumps(cfg))
-                    (tmp / 'merge.yaml').write_text(yaml.safe_dump(plain, sort_keys=False))
-                status = 'done'
-            except Exception as e:
-                if is_disk_full(e):
-                    raise  # core.atomic_path's clear error, naming the merge: the sweep stops
-                status, err = 'failed', f"{type(e).__name__}: {e}"
+        t0 = time.time()
+        status, err = _merge_status(out_dir / name, cfg, parsed[name], device=dev, seed=s.seed)
         n[status] += 1
         bar.set_postfix(n)
         rows.append(dict(name=name, status=status, seconds=round(time.time() - t0, 2), error=err))
     res = pd.DataFrame(rows, columns=['name', 'status', 'seconds', 'error'])
-    if record:
+    if s.record:
         record_merge_failures(out_dir, res, configs)
     return res
 

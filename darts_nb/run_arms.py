@@ -6,11 +6,14 @@ Docs: https://darts-nb.github.io/darts_nb/run_arms.html.md"""
 
 # %% ../nbs/15d_run_arms.ipynb #28a9f099
 from __future__ import annotations
+from dataclasses import dataclass, replace
 from pathlib import Path
 import pandas as pd
+from fastcore.meta import delegates
 from tqdm.auto import tqdm
-from .core import set_seed
-from .domains import DOMAINS, METRICS
+from .core import check_choice, check_int, set_seed
+from .domains import CALIB_TEXTS, DOMAINS, METRICS
+from .options import check_fields
 from .inputs import calib_items, item_texts
 from .executors import Job
 from .surgery import make_surgery
@@ -24,7 +27,8 @@ from .runs import Run, recorded, recorded_items, evaluate_in_run, record_job, ru
 from .stages import merges_dir, need_merge, merge_state, stage_merges
 
 # %% auto #0
-__all__ = ['calib_texts', 'run_cache', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm', 'arms_over']
+__all__ = ['calib_texts', 'run_cache', 'CacheText', 'domain_cache', 'cache_job', 'arm_job', 'sweep_scores', 'run_arm',
+           'arms_over']
 
 # %% ../nbs/15d_run_arms.ipynb #aab1cfed
 def calib_texts(
@@ -53,29 +57,52 @@ def run_cache(
         target,
         texts,
         settings=CacheSettings(max_len=512),
-        device=run.device,
+        device=run.options.device,
         root=run.home / 'caches',
         progress=False,
         models=run.model,
         spans=spans,
     )
 
+# %% ../nbs/15d_run_arms.ipynb #a61bd3fe
+@dataclass(frozen=True)
+class CacheText:
+    "Which text of a domain a cache holds: the split, how many items, the seed that draws them, what is read of each."
+
+    split: str = 'calib'  # 'calib' or 'eval' (held-out)
+    n: int = 50  # texts
+    seed: int = 0  # calibration seed
+    mode: str = 'prompt'  # calibration text: 'prompt' or 'prompt+reference'
+
+    def __post_init__(self):
+        check_choice(self.split, ('calib', 'eval'), 'split')
+        check_int(self.n, 'n')
+        check_int(self.seed, 'seed', lo=None)
+        check_choice(self.mode, CALIB_TEXTS, 'mode')
+
+    @property
+    def label(self) -> str:
+        "split/n/seed/mode, as a job's label shows it."
+        return f'{self.split}/{self.n}/{self.seed}/{self.mode}'
+
 # %% ../nbs/15d_run_arms.ipynb #56efb15c
+@delegates(CacheText)
 def domain_cache(
     run: Run,  # the run
     merge: str,  # a merge of the run's sweep
     domain: str,  # one of DOMAINS (its expert is the target)
-    split: str = 'calib',  # 'calib' or 'eval' (held-out)
-    n: int = 50,  # texts
-    seed: int = 0,  # calibration seed
-    mode: str = 'prompt',  # calibration text: 'prompt' or 'prompt+reference'
+    text: CacheText | None = None,  # which text: split, n, seed, mode (None: the 50 calibration prompts of seed 0)
+    **kwargs,  # any field of `CacheText` (split, n, seed, mode): overrides `text`
 ):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
+    check_fields(kwargs, CacheText, 'a field of CacheText')
+    text = replace(CacheText() if text is None else text, **kwargs)
     need_merge(run, merge)
-    items = calib_items(domain, n, seed=seed, split=split, profile=run.eval_profile)
+    items = calib_items(domain, text.n, seed=text.seed, split=text.split, profile=run.eval_profile)
     # the same set in any order is one cache: seeds that only reorder share it; the seed's order is restored below
     order = sorted(range(len(items)), key=lambda i: items[i]['id'])
-    texts, spans = item_texts(run.eval_profile, domain, [items[i] for i in order], split=split, mode=mode)
+    ordered = [items[i] for i in order]
+    texts, spans = item_texts(run.eval_profile, domain, ordered, split=text.split, mode=text.mode)
     c = run_cache(run, merges_dir(run) / merge, run.profile.experts[domain], texts=texts, spans=spans)
     where = {i: k for k, i in enumerate(order)}
     return c[[where[i] for i in range(len(items))]]
@@ -83,21 +110,39 @@ def domain_cache(
 # %% ../nbs/15d_run_arms.ipynb #d3cb3068
 def cache_job(
     run: Run,  # the run
-    *args,  # `domain_cache`'s arguments after the run: merge, domain, split, n, seed, mode
+    merge: str,  # a merge of the run's sweep
+    domain: str,  # one of DOMAINS
+    text: CacheText,  # which text of the domain
 ) -> None:
     "Build one hidden-state cache in the shared folder, for the arms that read it (nothing to record)."
-    domain_cache(run, *args)
+    domain_cache(run, merge, domain, text=text)
 
 # %% ../nbs/15d_run_arms.ipynb #634f78e9
-def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head, cache):
-    "Train the arm's module on the calibration cache, save it; returns (module, final loss)."
+def _train_arm(
+    arm: Arm,  # the surgery configuration
+    config,  # the merged model's configuration: its hidden size and vocabulary
+    *,
+    head,  # the expert's LM head
+    cache,  # the calibration cache
+) -> tuple:
+    "Train the arm's module on the calibration cache; returns (module, final loss)."
     set_seed(arm.seed)
-    config = merged.config
     module = make_surgery(arm.kind, config.hidden_size, rank=arm.rank, vocab_size=config.vocab_size)
     module = module.to(cache.device)
     settings = TrainSettings(loss=arm.loss, iters=arm.iters, lr=arm.lr, seed=arm.seed)
     hist = train_surgery(module, cache, settings, head=head, progress=False)
     module.eval()
+    return module, hist[-1]
+
+# %% ../nbs/15d_run_arms.ipynb #87ea2e75
+def _save_arm(
+    run: Run,  # the run
+    merge: str,  # the merge the module corrects
+    domain: str,  # its domain (the expert is the target)
+    arm: Arm,  # the surgery configuration
+    module,  # the trained module
+) -> None:
+    "Save an arm's trained module in the shared folder, with what it was trained for."
     save_surgery(
         module,
         run.shared / 'surgery' / merge / domain / arm.dirname,
@@ -107,7 +152,6 @@ def _train_arm(run: Run, merge: str, domain: str, arm: Arm, *, merged, head, cac
         loss=arm.loss,
         seed=arm.seed,
     )
-    return module, hist[-1]
 
 # %% ../nbs/15d_run_arms.ipynb #93c3a7e5
 def arm_job(
@@ -133,7 +177,8 @@ def arm_job(
     if arm.kind == 'none':
         module, rows, items = None, [], []
     else:
-        module, final = _train_arm(run, merge, domain, arm=arm, merged=merged, head=head, cache=calib)
+        module, final = _train_arm(arm, merged.config, head=head, cache=calib)
+        _save_arm(run, merge, domain, arm=arm, module=module)
         # per held-out prompt: Eq. 7's sums
         before, after = token_bias(held).nansum(1), token_bias(held, module).nansum(1)
         rows = [
@@ -201,10 +246,10 @@ def _arms_over(run: Run, merges: list[str], arms: list[Arm], *, bar) -> None:
     ]
     caches = {}
     for m, d, a in todo:
-        caches[(m, d, 'eval', 50, 0, 'prompt')] = None
+        caches[(m, d, CacheText(split='eval'))] = None
         if a.kind != 'none':
-            caches[(m, d, 'calib', a.calib_n, a.seed, a.calib_text)] = None
-    cache_jobs = [Job(cache_job, c, 'cache ' + '/'.join(map(str, c))) for c in caches]
+            caches[(m, d, CacheText(n=a.calib_n, seed=a.seed, mode=a.calib_text))] = None
+    cache_jobs = [Job(cache_job, (m, d, text), f'cache {m}/{d}/{text.label}') for m, d, text in caches]
     run_jobs(run, cache_jobs, 'caches', record=False, bar=bar)
     arm_jobs = [
         Job(arm_job, (m, d, a, sweep_scores(run, m, d) if a.kind == 'none' else None), f'arm {m}/{d}/{a.dirname}')

@@ -14,10 +14,11 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
+from fastcore.meta import delegates
 from tqdm.auto import tqdm
 from darts_nb.core import (
     darts_home,
@@ -27,10 +28,13 @@ from darts_nb.core import (
     atomic_path,
     write_json,
     check_choice,
+    check_int,
+    check_number,
     LineLog,
     quiet_libraries,
     moved_name,
 )
+from .options import check_fields
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .checkpoints import load_model
@@ -41,8 +45,8 @@ if TYPE_CHECKING:
 
 # %% auto #0
 __all__ = ['ZOO_SIZES', 'ROLES', 'REFERENCE_ZOOS', 'SPECIALS', 'ZOO_FILES', 'ZooSpec', 'zoo_spec', 'zoo_name', 'zoo_dir',
-           'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'train_lm',
-           'recipe_key', 'build_zoo', 'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference',
+           'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'LMSchedule',
+           'train_lm', 'recipe_key', 'build_zoo', 'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference',
            'shipped_sweep', 'generate_completions', 'score_model', 'zoo_table', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
@@ -234,20 +238,38 @@ def pack(
             ids, lab = [tok.bos_token_id] + ids[max_len:], [-100] + lab[max_len:]
     return rows
 
+# %% ../nbs/03_zoo.ipynb #2fa7245b
+@dataclass(frozen=True)
+class LMSchedule:
+    "How `train_lm` trains: optimiser steps, peak learning rate, sequences per step, and the seed."
+
+    steps: int  # optimiser steps
+    lr: float  # peak learning rate
+    batch: int  # sequences per step
+    seed: int = 0  # seeds the initial state and the batch order
+
+    def __post_init__(self):
+        check_int(self.steps, 'steps', lo=0)
+        check_number(self.lr, 'lr', lo=0)
+        check_int(self.batch, 'batch')
+        check_int(self.seed, 'seed', lo=None)
+
 # %% ../nbs/03_zoo.ipynb #341b1a2c
+@delegates(LMSchedule)
 def train_lm(
     model,  # a causal LM, trained in place
     rows: list[tuple[list[int], list[int]]],  # packed (ids, labels) sequences from `pack`
-    steps: int,  # optimiser steps
-    lr: float,  # peak learning rate
-    batch: int,  # sequences per step
-    seed: int = 0,  # seeds the initial state and the batch order
+    schedule: LMSchedule | None = None,  # steps, lr, batch and seed (None: all from the keywords)
     desc: str = 'train',  # the progress bar's label
+    **kwargs,  # any field of `LMSchedule` (steps, lr, batch, seed): overrides `schedule`
 ) -> list[float]:
     "AdamW with warm-up and cosine decay over `steps` batches of packed sequences; returns the loss history."
-    set_seed(seed)
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    check_fields(kwargs, LMSchedule, 'a field of LMSchedule')
+    plan = LMSchedule(**kwargs) if schedule is None else replace(schedule, **kwargs)
+    steps, batch = plan.steps, plan.batch
+    set_seed(plan.seed)
+    rng = random.Random(plan.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=plan.lr, weight_decay=0.0, betas=(0.9, 0.98))
 
     def factor(s):
         "Warm-up over 20 steps, then cosine decay to 0 at `steps`."

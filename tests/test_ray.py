@@ -38,7 +38,8 @@ def _pid(run, x):
 class _Plain:
     "A stand-in for a run: what an executor asks of one."
 
-    device = 'cpu'
+    class options:  # the run's options: its models run on the CPU
+        device = 'cpu'
 
     def spec(self):
         return {}
