@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
-from .core import darts_home, atomic_write, write_json, check_choice, tmp_sibling
+from .core import darts_home, atomic_write, write_json, check_choice, moved_name
 from .domains import DOMAINS, METRICS, export_jsonl, score_completion
 from .benchmarks import paper_split
-from .hub import alpaca_reference_path, hub_cache
 from .sandbox import check_completion
+from .judge import judge_alpaca_eval
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 # %% auto #0
 __all__ = ['PAPER_TASKS', 'tasks_dir', 'process_toy_results', 'task_manager', 'toy_dataset', 'toy_task_config', 'paper_dataset',
            'paper_task_configs', 'humaneval_program', 'process_humaneval_results', 'gsm8k_number',
-           'process_gsm8k_results', 'process_alpacaeval_results', 'alpaca_eval_outputs', 'JudgeError', 'check_judge',
-           'judge_dir', 'judge_alpaca_eval', 'EvalSettings', 'evaluate_model']
+           'process_gsm8k_results', 'process_alpacaeval_results', 'alpaca_eval_outputs', 'EvalSettings',
+           'evaluate_model']
 
 # %% ../nbs/12_evaluate.ipynb #dae12bd5
 def tasks_dir() -> Path:
@@ -258,262 +258,30 @@ def alpaca_eval_outputs(
         for s in samples
     ]
 
-# %% ../nbs/12_evaluate.ipynb #8276bf7d
-class JudgeError(ValueError):
-    "The AlpacaEval judge failed or answered what cannot be read as a preference; nothing is recorded as a score."
+# %% ../nbs/12_evaluate.ipynb #7fb27b941602401d91542211134fc71a
+# The AlpacaEval judging has a room of its own (`judge`); its names stay importable from here (`judge_alpaca_eval`
+# through the import above).
+_MOVED = dict.fromkeys(
+    [
+        'JudgeError',
+        '_alpaca_eval',
+        'check_judge',
+        'judge_dir',
+        '_JudgeLog',
+        '_annotator_class',
+        '_length_controlled',
+        '_judge_metrics',
+        '_keep_judgments',
+        '_judge_inputs',
+        '_annotate',
+        '_judged',
+    ],
+    'darts_nb.judge',
+)
 
-# %% ../nbs/12_evaluate.ipynb #16959e45
-def _alpaca_eval():
-    "alpaca_eval, imported without its import-time warning and with the root logger's level put back."
-    import warnings
 
-    root = logging.getLogger()
-    level = root.level
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            import alpaca_eval
-            import alpaca_eval.metrics
-    finally:
-        root.setLevel(level)
-    return alpaca_eval
-
-# %% ../nbs/12_evaluate.ipynb #9db00df3
-def check_judge(
-    judge: str,  # an alpaca_eval annotators config: a name (e.g. 'alpaca_eval_gpt4') or the path of a configs.yaml
-    reference: str | Path | None = None,  # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
-) -> Path:
-    "The reference outputs' path, once alpaca_eval, the judge's config and the reference are known to be there."
-    import difflib
-
-    if not isinstance(judge, str) or not judge:
-        raise JudgeError(f'judge: expected the name or path of an alpaca_eval annotators config, got {judge!r}')
-    try:
-        ae = _alpaca_eval()
-    except ImportError as e:  # not installed, or a setuptools without the pkg_resources it imports
-        raise JudgeError(
-            f"judge={judge!r}: alpaca_eval cannot be imported ({e}); pip install 'darts_nb[paper]'"
-        ) from None
-    configs = ae.constants.EVALUATORS_CONFIG_DIR
-    if not ((configs / judge).exists() or Path(judge).expanduser().exists()):
-        known = sorted(p.name for p in configs.iterdir() if (p / 'configs.yaml').exists())
-        near = difflib.get_close_matches(judge, known, n=3) or known[:3]
-        raise JudgeError(
-            f"judge: expected one of alpaca_eval's annotators configs ({', '.join(near)}, ...) "
-            f'or the path of a configs.yaml, got {judge!r}'
-        )
-    ref = Path(reference).expanduser() if reference else alpaca_reference_path()
-    if not ref.exists():
-        raise FileNotFoundError(
-            f'judge={judge!r}: the reference outputs {ref} are missing (darts fetch --profile llama2-7b brings them)'
-        )
-    return ref
-
-# %% ../nbs/12_evaluate.ipynb #ba8fac78
-def judge_dir(
-    outputs_path: str | Path,  # alpaca_eval model outputs (`<generator>_seed<seed>_outputs.json`)
-    judge: str,  # the annotators config
-) -> Path:
-    "Where a judging of the outputs is kept: `<generator>_seed<seed>/<judge>/` beside the outputs file."
-    import re
-
-    p, j = Path(outputs_path), Path(judge)
-    name = (j.parent.name if j.stem == 'configs' else j.stem) if j.suffix in ('.yaml', '.yml') else j.name
-    return p.parent / p.stem.removesuffix('_outputs') / re.sub(r'[^\w.+-]', '-', name)
-
-# %% ../nbs/12_evaluate.ipynb #89261787
-class _JudgeLog(logging.Handler):
-    "While judging (a context), alpaca_eval's log records are kept here rather than printed."
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.records, self.root, self.old = [], logging.getLogger(), []
-
-    def emit(self, record):
-        if f'{os.sep}alpaca_eval{os.sep}' in record.pathname:
-            self.records.append(record)
-            return
-        for h in self.old or [logging.lastResort]:  # anyone else's record goes where it would have gone
-            if h is not None and record.levelno >= h.level:
-                h.handle(record)
-
-    def __enter__(self):
-        self.old, self.root.handlers = self.root.handlers[:], [self]
-        return self
-
-    def __exit__(self, *exc):
-        self.root.handlers = self.old
-
-    def lines(self) -> list[str]:
-        "The kept records as text."
-        return [f'{r.levelname}: {r.getMessage()}' for r in self.records]
-
-    def problem(self) -> str:
-        "The first record about an answer that could not be read (or the first error), shortened; '' if none."
-        for r in self.records:
-            msg = ' '.join(r.getMessage().split())
-            if r.levelno >= logging.ERROR or any(w in msg.lower() for w in ('completion', 'logprob', 'pars')):
-                return msg if len(msg) <= 300 else msg[:297] + '...'
-        return ''
-
-# %% ../nbs/12_evaluate.ipynb #421a0eb1
-def _annotator_class(ae):
-    "alpaca_eval's `PairwiseAnnotator`, whose cached preferences are read back as floats."
-
-    class Annotator(ae.annotators.PairwiseAnnotator):
-        def load_(self, path=None):
-            super().load_(path)
-            df = self.df_annotations
-            if df is not None and self.annotation_key in df:
-                self.df_annotations = df.astype({self.annotation_key: float})
-
-    return Annotator
-
-# %% ../nbs/12_evaluate.ipynb #3fc59fc4
-def _length_controlled(
-    df: pd.DataFrame,  # the annotations (instruction, output_1, output_2, generator_1, generator_2, preference)
-    positions: dict,  # instruction -> its position in the reference outputs (the 805, in alpaca_eval's order)
-) -> dict | None:
-    "alpaca_eval's length-controlled win rate and its stderr (%), or None with a warning saying why not."
-    import warnings
-    from unittest.mock import patch
-    from huggingface_hub import hf_hub_download
-
-    def local(repo_id, filename, repo_type=None, **_):  # alpaca_eval's download, from the local cache only
-        return hf_hub_download(repo_id, filename, repo_type=repo_type, cache_dir=hub_cache(), local_files_only=True)
-
-    try:
-        local('tatsu-lab/alpaca_eval', 'df_gamed.csv', repo_type='dataset')
-    except Exception:
-        warnings.warn(
-            'AlpacaEval length-controlled win rate not computed: alpaca_eval\'s GLM data '
-            f'(tatsu-lab/alpaca_eval, df_gamed.csv) is not in the hub cache {hub_cache()}'
-        )
-        return None
-    glm = _alpaca_eval().metrics.glm_winrate
-    try:
-        with patch.object(glm, 'hf_hub_download', local), warnings.catch_warnings():
-            warnings.simplefilter('ignore', FutureWarning)  # scikit-learn's about the GLM's arguments
-            d = df.set_axis([positions[i] for i in df['instruction']])
-            m = glm.get_length_controlled_winrate(d, save_weights_dir=None, is_add_glm_preference_inplace=False)
-    except Exception as e:
-        warnings.warn(f'AlpacaEval length-controlled win rate not computed: {type(e).__name__}: {e}')
-        return None
-    return dict(value=float(m['length_controlled_winrate']), stderr=float(m['lc_standard_error']))
-
-# %% ../nbs/12_evaluate.ipynb #d3e30983
-def _judge_metrics(
-    annotations: list,  # alpaca_eval's annotations of the pairs
-    judge: str,  # the annotators config (for messages)
-    positions: dict,  # instruction -> position in the reference outputs
-    log: _JudgeLog,  # alpaca_eval's log records of this judging
-) -> dict:
-    "alpaca_eval's `fn_metric`: win rate, and the length-controlled one when computable; every preference read."
-    import math
-    import pandas as pd
-
-    df = pd.DataFrame(annotations)
-    pref = df['preference'] if 'preference' in df else [None] * len(df)
-    bad = sum(not isinstance(p, (int, float)) or math.isnan(p) or not 1 <= p <= 2 for p in pref)
-    if bad or not len(df):
-        why = log.problem()
-        raise JudgeError(
-            f'AlpacaEval judge {judge!r}: {bad} of {len(df)} answers could not be read as a preference'
-            + (f' ({why})' if why else '')
-        )
-    out = dict(_alpaca_eval().metrics.get_winrate(df))
-    lc = _length_controlled(df, positions)
-    if lc:
-        out.update(length_controlled_winrate=lc['value'], lc_standard_error=lc['stderr'])
-    return out
-
-# %% ../nbs/12_evaluate.ipynb #5225f91a
-def _keep_judgments(
-    work: Path,  # alpaca_eval's working copy of the cache
-    cache: Path,  # the cache of judgments
-) -> None:
-    "The judgments alpaca_eval could read, moved into `cache` atomically (the unread ones are asked again)."
-    try:
-        rows = json.loads(work.read_text() or '[]') if work.exists() else []
-    except ValueError:  # alpaca_eval stopped while writing its copy: the cache keeps what it had
-        return
-    rows = [r for r in rows if r.get('preference') not in (None, -1, -1.0)]
-    if rows or cache.exists():
-        atomic_write(cache, json.dumps(rows, indent=2))
-
-# %% ../nbs/12_evaluate.ipynb #83c9d121
-def judge_alpaca_eval(
-    outputs_path: Path,  # alpaca_eval model outputs (JSON)
-    judge: str | None,  # an alpaca_eval annotators config; None: not judged
-    reference: str | Path | None = None,  # the reference outputs (default: GPT-3.5-Turbo's, from `darts fetch`)
-) -> dict | None:
-    "The outputs judged by alpaca_eval's annotators against the reference: rows, item scores, annotations' path."
-    import shutil
-    import warnings
-    from collections import Counter
-    from functools import partial
-    import pandas as pd
-
-    if not judge:
-        warnings.warn(
-            'AlpacaEval not judged: no judge configured (darts run --judge <alpaca_eval annotators config>; '
-            f'the judge reads OPENAI_API_KEY / OPENAI_BASE_URL); the outputs are in {outputs_path}'
-        )
-        return None
-    ref = check_judge(judge, reference)
-    ae = _alpaca_eval()
-    cfg = judge if (ae.constants.EVALUATORS_CONFIG_DIR / judge).exists() else str(Path(judge).expanduser().absolute())
-    outs, refs = json.loads(Path(outputs_path).read_text()), json.loads(ref.read_text())
-    seen = Counter(r['instruction'] for r in refs)
-    odd = [o['instruction'] for o in outs if seen[o['instruction']] != 1]
-    if odd:
-        raise JudgeError(
-            f'AlpacaEval judge {judge!r}: the reference outputs {ref} hold {len(odd)} of the {len(outs)} '
-            f'instructions of {outputs_path} not exactly once (e.g. {odd[0][:80]!r}, {seen[odd[0]]} times)'
-        )
-    positions = {r['instruction']: i for i, r in enumerate(refs)}
-    folder = judge_dir(outputs_path, judge)
-    cache, log = folder / 'cached_annotations.json', _JudgeLog()
-    work = tmp_sibling(cache)
-    folder.mkdir(parents=True, exist_ok=True)
-    if cache.exists():
-        shutil.copyfile(cache, work)
-    endpoint = os.environ.get('OPENAI_BASE_URL') or os.environ.get('OPENAI_API_BASE') or 'https://api.openai.com/v1'
-    where = f'at {endpoint}; nothing recorded as a score (outputs: {outputs_path})'
-    try:
-        with log:
-            board, annotations = ae.evaluate(
-                model_outputs=pd.DataFrame(outs),
-                reference_outputs=pd.DataFrame(refs),
-                annotators_config=cfg,
-                output_path=None,  # its files are written below, atomically
-                precomputed_leaderboard=None,
-                is_cache_leaderboard=False,
-                is_return_instead_of_print=True,
-                fn_metric=partial(_judge_metrics, judge=judge, positions=positions, log=log),
-                sort_by='win_rate',
-                Annotator=_annotator_class(ae),
-                caching_path=str(work),
-            )
-    except JudgeError as e:
-        raise JudgeError(f'{e} {where}') from None
-    except Exception as e:
-        cause = f' ({type(e.__cause__).__name__}: {e.__cause__})' if e.__cause__ else ''
-        raise JudgeError(f'AlpacaEval judge {judge!r} failed: {type(e).__name__}: {e}{cause} {where}') from e
-    finally:
-        _keep_judgments(work, cache)
-        work.unlink(missing_ok=True)
-        atomic_write(folder / 'judge.log', ''.join(f'{line}\n' for line in log.lines()))
-    row = board.iloc[0]
-    atomic_write(folder / 'annotations.json', pd.DataFrame(annotations).to_json(orient='records', indent=2))
-    atomic_write(folder / 'leaderboard.csv', board.to_csv())
-    n = int(row['n_total'])
-    rows = [dict(metric='win_rate', value=float(row['win_rate']), stderr=float(row['standard_error']), n=n)]
-    if pd.notna(row.get('length_controlled_winrate')):
-        lc = dict(value=float(row['length_controlled_winrate']), stderr=float(row['lc_standard_error']), n=n)
-        rows.append(dict(metric='lc_win_rate', **lc))
-    items = {a['instruction']: 100 * (float(a['preference']) - 1) for a in annotations}
-    return dict(rows=rows, items=items, annotations=str(folder / 'annotations.json'))
+def __getattr__(name: str):
+    return moved_name(__name__, _MOVED, name)
 
 # %% ../nbs/12_evaluate.ipynb #e1a1b2d1
 _ENV_INFO: dict = {}

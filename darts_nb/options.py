@@ -288,7 +288,7 @@ def _judge_functions(
     "The completion functions (`fn_completions`) that the annotators config `judge` calls."
     import yaml
     from pathlib import Path
-    from darts_nb.evaluate import _alpaca_eval
+    from darts_nb.judge import _alpaca_eval
 
     p = _alpaca_eval().constants.EVALUATORS_CONFIG_DIR / judge
     p = p if p.exists() else Path(judge).expanduser()
@@ -309,7 +309,7 @@ def check_judge_settings(
     "`judge` once its config, the reference outputs and its endpoint's settings are there; an error naming what is not."
     import os
     import re
-    from darts_nb.evaluate import JudgeError, _alpaca_eval, check_judge
+    from darts_nb.judge import JudgeError, _alpaca_eval, check_judge
 
     if judge is None:
         return None

@@ -11,7 +11,8 @@ from pathlib import Path
 from unittest.mock import patch
 import pytest
 from darts_nb.core import write_json
-from darts_nb.evaluate import JudgeError, EvalSettings, check_judge, evaluate_model, judge_alpaca_eval, judge_dir
+from darts_nb.evaluate import EvalSettings, evaluate_model
+from darts_nb.judge import JudgeError, check_judge, judge_alpaca_eval, judge_dir
 from darts_nb.stand_in_judge import StandInJudge, stand_in_glm, stand_in_preference
 
 N = 6
