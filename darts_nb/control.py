@@ -203,6 +203,41 @@ def control_scores(
     items = df.attrs['items']
     return items[items.metric == METRICS[domain]][['item', 'value']].reset_index(drop=True)
 
+# %% ../nbs/20a_control.ipynb #cf628611
+def _write_removal(
+    folder: Path,  # the results' folder
+    modules: dict,  # label -> each arm's trained module
+    held: HiddenCache,  # the planted held-out cache
+) -> None:
+    "What each arm, and the position table alone of an arm that has one, removes: removal.csv and bias.csv, if absent."
+    measured = {}  # each arm, and the position table of an arm that has one, alone
+    for label, m in modules.items():
+        measured[label] = m
+        if isinstance(getattr(m, 'b', None), torch.Tensor):
+            measured[f'{label}: position table alone'] = table_only(m)
+    if not (folder / 'removal.csv').exists():
+        frames = [removal(m, held).assign(arm=label) for label, m in measured.items()]
+        atomic_write(folder / 'removal.csv', pd.concat(frames).to_csv(index=False))
+    if not (folder / 'bias.csv').exists():
+        by = {'planted bias': token_bias(held), **{label: token_bias(held, m) for label, m in measured.items()}}
+        atomic_write(folder / 'bias.csv', bias_by_position(by).rename(columns={'domain': 'arm'}).to_csv(index=False))
+
+# %% ../nbs/20a_control.ipynb #7f9155ed
+def _write_scores(
+    run: Run,  # the run
+    domain: str,  # one of DOMAINS
+    folder: Path,  # the results' folder
+    variants: dict,  # name -> the module attached to the expert while it is scored (None: the clean expert)
+) -> None:
+    "Each variant's per-item scores, added to scores.csv as each is scored; a variant already there is skipped."
+    path = folder / 'scores.csv'
+    scores = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=['variant', 'item', 'value'])
+    for name, module in variants.items():
+        if name not in set(scores.variant):
+            s = control_scores(run, domain, module, name=f'control-{domain}-{name}')
+            scores = pd.concat([scores, s.assign(variant=name)[['variant', 'item', 'value']]], ignore_index=True)
+            atomic_write(path, scores.to_csv(index=False))
+
 # %% ../nbs/20a_control.ipynb #b277590b
 PLANTED_ARMS = {'DARTS': DARTS, 'Standard + L1': STANDARD_L1}
 
@@ -229,7 +264,7 @@ def exp_control(
         seed=check_int(seed, 'seed', lo=None),
         n_held=n_held,
         arms={label: asdict(a) for label, a in arms.items()},
-        eval_limit=run.eval_limit,
+        eval_limit=run.options.eval_limit,
         inputs=run.content_key or run.models_key,
     )
     key = stable_hash(settings)
@@ -249,25 +284,9 @@ def exp_control(
         modules[label] = train_correction(a, plant_cache(calib[label], bias))
         save_surgery(modules[label], path, expert=str(run.profile.experts[domain]), domain=domain, loss=a.loss)
     held = plant_cache(expert_cache(run, domain, split='eval', n=n_held), bias)
-    measured = {}  # each arm, and the position table of an arm that has one, alone
-    for label, m in modules.items():
-        measured[label] = m
-        if isinstance(getattr(m, 'b', None), torch.Tensor):
-            measured[f'{label}: position table alone'] = table_only(m)
-    if not (folder / 'removal.csv').exists():
-        frames = [removal(m, held).assign(arm=label) for label, m in measured.items()]
-        atomic_write(folder / 'removal.csv', pd.concat(frames).to_csv(index=False))
-    if not (folder / 'bias.csv').exists():
-        by = {'planted bias': token_bias(held), **{label: token_bias(held, m) for label, m in measured.items()}}
-        atomic_write(folder / 'bias.csv', bias_by_position(by).rename(columns={'domain': 'arm'}).to_csv(index=False))
+    _write_removal(folder, modules, held)
     variants = {'expert': None, 'biased': bias, **{label: ComposedSurgery(bias, m) for label, m in modules.items()}}
-    path = folder / 'scores.csv'
-    scores = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=['variant', 'item', 'value'])
-    for name, module in variants.items():
-        if name not in set(scores.variant):
-            s = control_scores(run, domain, module, name=f'control-{domain}-{name}')
-            scores = pd.concat([scores, s.assign(variant=name)[['variant', 'item', 'value']]], ignore_index=True)
-            atomic_write(path, scores.to_csv(index=False))
+    _write_scores(run, domain, folder=folder, variants=variants)
     return folder
 
 # %% ../nbs/20a_control.ipynb #fe505309

@@ -473,27 +473,17 @@ def check_out_dir(
         ) from None
     return out
 
-# %% ../nbs/24_correct.ipynb #2e09598e
-def correct_merge(
-    merged,  # the merged checkpoint: a local folder or a hub id in the local cache
-    experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
-    prompts=None,  # one source for every expert or domain -> source (`read_prompts`); None: the built-in domains
-    held_out=None,  # held-out prompts: one source or domain -> source (None: see `plan_correction`)
-    out_dir='darts_correct',  # where the module folders, the figure and the summary go
-    options: CorrectOptions | None = None,  # the options (keywords override them)
-    progress: bool = True,  # progress bars and the printed summary
-    **kw,  # options by keyword (`CorrectOptions`' fields)
-) -> pd.DataFrame:
-    "Diagnose the merge against each expert, train and check one module per expert, save them: the summary table."
-    import pandas as pd
+# %% ../nbs/24_correct.ipynb #5ccf37f5
+def _correct_experts(
+    plan: CorrectionPlan,  # the plan (`plan_correction`)
+    progress: bool,  # progress bars
+) -> tuple[dict, dict, dict, list]:
+    "Per expert: its diagnosis, its trained module and held-out scores (none with diagnose_only); then the sentences."
     from darts_nb.core import default_device
     from darts_nb.cache import CacheSettings, get_or_build_cache
-    from darts_nb.surgery_files import save_surgery
-    from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight, plot_diagnosis
+    from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight
 
-    plan = plan_correction(merged, experts, prompts, held_out=held_out, options=options, **kw)
-    o, out = plan.options, Path(out_dir)
-    check_out_dir(out, list(plan.experts), options=o)
+    o = plan.options
     dev = default_device(o.device)
     mh = lm_head_weight(plan.merged).to(dev)
     diags, modules, held, lines = {}, {}, {}, list(plan.notes)
@@ -507,13 +497,22 @@ def correct_merge(
             modules[d] = train_module(cache, o, expert_head=eh, progress=progress)
             c = get_or_build_cache(plan.merged, expert, plan.held[d], settings=cs, device=dev, progress=progress)
             held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
-    tasks = None
-    if o.tasks and not modules:
-        lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
-    if o.tasks and modules:
-        tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
-        atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))
-    rows = []
+    return diags, modules, held, lines
+
+# %% ../nbs/24_correct.ipynb #8813a662
+def _save_modules(
+    plan: CorrectionPlan,  # the plan (`plan_correction`)
+    out: Path,  # the output folder: each module goes to DOMAIN/
+    diags: dict,  # domain -> its diagnosis (`diagnose_pair`)
+    modules: dict,  # domain -> its trained module (none with diagnose_only)
+    held: dict,  # domain -> its module's `held_out_scores`
+    tasks: pd.DataFrame | None,  # `score_tasks`' table (None: none scored)
+) -> pd.DataFrame:
+    "Each trained module saved in its folder with its card; the summary table, a row per expert."
+    import pandas as pd
+    from darts_nb.surgery_files import save_surgery
+
+    o, rows = plan.options, []
     for d in plan.experts:
         folder = None
         if d in modules:
@@ -522,7 +521,32 @@ def correct_merge(
             rho = _num(held[d].loc['all', 'rho_l1'] / 100)
             folder = save_surgery(modules[d], out / d, rho_l1=rho, scores=card, **meta)
         rows.append(_summary_row(d, diags[d], scores=held.get(d), folder=folder))
-    table = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/24_correct.ipynb #2e09598e
+def correct_merge(
+    merged,  # the merged checkpoint: a local folder or a hub id in the local cache
+    experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
+    prompts=None,  # one source for every expert or domain -> source (`read_prompts`); None: the built-in domains
+    held_out=None,  # held-out prompts: one source or domain -> source (None: see `plan_correction`)
+    out_dir='darts_correct',  # where the module folders, the figure and the summary go
+    **kw,  # progress (True: progress bars and the printed summary), options (a CorrectOptions), its fields by keyword
+) -> pd.DataFrame:
+    "Diagnose the merge against each expert, train and check one module per expert, save them: the summary table."
+    from darts_nb.triage import plot_diagnosis
+
+    progress = kw.pop('progress', True)
+    plan = plan_correction(merged, experts, prompts, held_out=held_out, **kw)  # `options=` and the fields, checked
+    o, out = plan.options, Path(out_dir)
+    check_out_dir(out, list(plan.experts), options=o)
+    diags, modules, held, lines = _correct_experts(plan, progress=progress)
+    tasks = None
+    if o.tasks and not modules:
+        lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
+    if o.tasks and modules:
+        tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
+        atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))
+    table = _save_modules(plan, out, diags=diags, modules=modules, held=held, tasks=tasks)
     plot_diagnosis(diags, out / 'diagnosis.png')
     summary = correction_summary(table, lines) + ('' if tasks is None else '\n' + tasks.to_string(index=False) + '\n')
     atomic_write(out / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")

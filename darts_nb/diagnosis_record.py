@@ -513,21 +513,15 @@ def _other_lines(
         )
     return out
 
-# %% ../nbs/20d_diagnosis_record.ipynb #b3be3411
-def _diagnosis_section(
-    run: Run,  # the run
-    figs: Path,  # where figures go
-) -> Section | None:
-    "The record's section: tables, the figure, sentences made from the numbers, and one claim."
-    read = _read_diagnosis(run)
-    if read is None:
-        return None
-    (meta, df), tables, lines, changes, bits = read, [], [], [], []
-    arms, merge = meta['arms'], meta['merge']
-    labels = list(arms)
-    focus = 'DARTS' if 'DARTS' in labels else labels[-1]
-    frames = _frames(df, labels)
-    tabs = {(d, a): agreement_table(f) for (d, h, a), f in frames.items() if h == 'merged'}
+# %% ../nbs/20d_diagnosis_record.ipynb #ed9bf5f0
+def _agreement_findings(
+    frames: dict,  # `_frames`
+    tabs: dict,  # (domain, arm) -> `agreement_table` through the merged head
+    labels: list[str],  # the arms' labels
+    focus: str,  # the arm the sentences are about
+) -> tuple[list, list, list, list]:
+    "Per domain: agreement tables, paired changes, sentences, and the focus arm's (verdict, interval) at decisions."
+    tables, changes, lines, bits = [], [], [], []
     for d in DOMAINS:
         mine = {a: t for (dd, a), t in tabs.items() if dd == d}
         if not mine:
@@ -545,6 +539,16 @@ def _diagnosis_section(
         fm = pairs.get(f'{focus} − none')
         if fm is not None and 'decision' in fm.index:
             bits.append((verdict(fm.loc['decision', 'lo'], fm.loc['decision', 'hi']), f"{d} {ci(fm.loc['decision'])}"))
+    return tables, changes, lines, bits
+
+# %% ../nbs/20d_diagnosis_record.ipynb #2a63d850
+def _pooled_tables(
+    frames: dict,  # `_frames`
+    labels: list[str],  # the arms' labels
+    changes: list,  # `_agreement_findings`' paired changes
+) -> list[Table]:
+    "The tables over every domain: the paired changes, by position bucket, through the expert's head, rho_L1 by kind."
+    tables = []
     if changes:
         title = 'change in agreement through the merged head (pp), paired by item: arms against none, the oracle'
         tables.append(Table(title, pd.DataFrame(changes)))
@@ -554,11 +558,20 @@ def _diagnosis_section(
     tables.append(
         Table('share of the L1 bias removed (rho_L1, %), by kind of token predicted', _rho_table(frames, labels))
     )
-    flips = _flips_table(run, merge, arms)
-    tables.append(Table(f'items turned right -> wrong and wrong -> right against no surgery ({merge})', flips))
+    return tables
+
+# %% ../nbs/20d_diagnosis_record.ipynb #e6f10337
+def _weight_findings(
+    run: Run,  # the run
+    merge: str,  # the merge
+    flips: pd.DataFrame,  # `_flips_table`
+    focus: str,  # the arm the sentences are about
+) -> tuple[list, list]:
+    "The tables and sentences on the weights: the heads' and layers' distances, EWL1's weight, and the flipped items."
     hp, wp = run.dir / DIAGNOSIS_FILES['heads'], run.dir / DIAGNOSIS_FILES['weights']
     heads = pd.read_csv(hp).query('merge == @merge') if hp.exists() else pd.DataFrame()
     weights = pd.read_csv(wp).query('merge == @merge') if wp.exists() else None
+    tables, lines = [], []
     if len(heads):
         tables.append(Table('relative Frobenius distance of the weights (%)', _heads_table(heads, merge)))
         lines += _heads_lines(heads, merge)
@@ -566,13 +579,42 @@ def _diagnosis_section(
         title = "EWL1's weight on the calibration prompts, by kind of token predicted (%)"
         tables.append(Table(title, _weights_table(weights)))
     lines += _other_lines(weights, flips, focus=focus)
-    claims = []
-    if bits:
-        text = (
-            f"Mechanism (beyond the paper): {focus} raises next-token agreement with the expert, through the "
-            "merged model's head, at the decision tokens (paired by item): " + '; '.join(b for _, b in bits) + '.'
-        )
-        claims.append(claim(all_verdict([v for v, _ in bits]), text))
+    return tables, lines
+
+# %% ../nbs/20d_diagnosis_record.ipynb #c373c5d8
+def _mechanism_claims(
+    bits: list,  # `_agreement_findings`' (verdict, interval) per domain at the decision tokens
+    focus: str,  # the arm
+) -> list:
+    "The section's one claim (none without decision tokens): the arm raises agreement at the decision tokens."
+    if not bits:
+        return []
+    text = (
+        f"Mechanism (beyond the paper): {focus} raises next-token agreement with the expert, through the "
+        "merged model's head, at the decision tokens (paired by item): " + '; '.join(b for _, b in bits) + '.'
+    )
+    return [claim(all_verdict([v for v, _ in bits]), text)]
+
+# %% ../nbs/20d_diagnosis_record.ipynb #b3be3411
+def _diagnosis_section(
+    run: Run,  # the run
+    figs: Path,  # where figures go
+) -> Section | None:
+    "The record's section: tables, the figure, sentences made from the numbers, and one claim."
+    read = _read_diagnosis(run)
+    if read is None:
+        return None
+    meta, df = read
+    arms, merge = meta['arms'], meta['merge']
+    labels = list(arms)
+    focus = 'DARTS' if 'DARTS' in labels else labels[-1]
+    frames = _frames(df, labels)
+    tabs = {(d, a): agreement_table(f) for (d, h, a), f in frames.items() if h == 'merged'}
+    tables, changes, lines, bits = _agreement_findings(frames, tabs, labels=labels, focus=focus)
+    tables += _pooled_tables(frames, labels, changes)
+    flips = _flips_table(run, merge, arms)
+    tables.append(Table(f'items turned right -> wrong and wrong -> right against no surgery ({merge})', flips))
+    weight_tables, weight_lines = _weight_findings(run, merge, flips=flips, focus=focus)
     note = (
         "Agreement at position t: the merged model's argmax (through its own LM head, after the module) equals the "
         "expert's argmax on its own hidden state; the kind is that of the token t+1 the position predicts. The oracle "
@@ -580,7 +622,9 @@ def _diagnosis_section(
         "(the tokens of one item are not independent); distances of weights are exact."
     )
     figure = ('next-token agreement by kind of token', _plot_agreement(tabs, figs / 'diagnosis.png'))
-    return Section([t for t in tables if len(t.frame)], figures=[figure], notes=[note, *lines], claims=claims)
+    shown = [t for t in tables + weight_tables if len(t.frame)]
+    notes = [note, *lines, *weight_lines]
+    return Section(shown, figures=[figure], notes=notes, claims=_mechanism_claims(bits, focus))
 
 
 DIAGNOSIS = Experiment(

@@ -8,9 +8,12 @@ Docs: https://darts-nb.github.io/darts_nb/prompts.html.md"""
 from __future__ import annotations
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from fastcore.meta import delegates
 from .core import check_int
 from .domains import DOMAINS
+from .options import check_fields
 
 # %% auto #0
 __all__ = ['read_prompts', 'parse_assignments']
@@ -97,17 +100,27 @@ def _built_in(
     texts, _ = item_texts('toy', domain, calib_items(domain, n, seed=seed, split=split), split=split)
     return texts, f"the built-in {domain} domain ({split} split, seed {seed})"
 
+# %% ../nbs/24a_prompts.ipynb #1eb76a73
+@dataclass(frozen=True)
+class _PromptDraw:
+    "How `read_prompts` draws from a built-in domain: its keywords `seed` and `held_out`."
+
+    seed: int = 0  # a built-in domain's draw
+    held_out: bool = False  # a built-in domain's held-out split instead of its calibration split
+
 # %% ../nbs/24a_prompts.ipynb #672ff694
+@delegates(_PromptDraw)
 def read_prompts(
     source,  # a .txt / .jsonl file, a dataset folder or name, a built-in domain, or a list of strings
     field: str | None = None,  # the JSONL field or dataset column of the prompt
     split: str = 'train',  # the dataset split
     n: int | None = None,  # prompts needed: fewer is an error (a built-in domain draws this many)
     arg: str = 'prompts',  # the argument's name, for messages
-    seed: int = 0,  # a built-in domain's draw
-    held_out: bool = False,  # a built-in domain's held-out split instead of its calibration split
+    **kwargs,  # a built-in domain's draw (`_PromptDraw`): seed (0) and held_out (False: its calibration split)
 ) -> tuple[list[str], str]:
     "(the prompts, one line saying where they come from); a clear error for a missing, empty or short source."
+    check_fields(kwargs, _PromptDraw, 'a keyword of read_prompts')
+    draw = _PromptDraw(**kwargs)
     check_int(n, 'n', none=True)
     if isinstance(source, (list, tuple)):
         if not all(isinstance(t, str) for t in source):
@@ -121,7 +134,7 @@ def read_prompts(
     else:
         p = Path(str(source)).expanduser()
         if str(source) in DOMAINS and not p.exists():
-            texts, what = _built_in(str(source), n or 50, seed=seed, held_out=held_out)
+            texts, what = _built_in(str(source), n or 50, seed=draw.seed, held_out=draw.held_out)
         elif p.is_file() and p.suffix in ('.txt', '.jsonl'):
             texts = _text_file(p) if p.suffix == '.txt' else _jsonl_file(p, field)
             what = f"file {p}" + (f" (field {field})" if p.suffix == '.jsonl' else '')

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from dataclasses import dataclass
 from importlib import resources
 from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from fastcore.meta import delegates
 from .core import check_choice
+from .options import check_fields
 
 # %% auto #0
 __all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'check_long', 'scores_frame', 'long_frame', 'seed_means',
@@ -141,6 +144,36 @@ def _shapiro(x: np.ndarray) -> tuple[float, float]:
     r = sps.shapiro(x)
     return float(r.statistic), float(r.pvalue)
 
+# %% ../nbs/14_stats.ipynb #c490af49
+def _test_choice(
+    shapiro_p: tuple,  # (method, its Shapiro-Wilk p-value) for a and b; nan: normality cannot be tested
+    alpha: float,  # the Shapiro-Wilk level that decides normality
+) -> tuple[bool, str]:
+    "Whether section 6.2 needs Mann-Whitney U (a group non-normal or untestable) rather than a t-test, and why."
+    nonnormal = [v for v, p in shapiro_p if p == p and p < alpha]
+    untestable = [v for v, p in shapiro_p if p != p]
+    if nonnormal:
+        return True, f'Shapiro-Wilk p < {alpha} for {nonnormal}'
+    if untestable:
+        return True, f'normality cannot be tested for {untestable} (fewer than 3 seeds or constant)'
+    return False, f'both groups pass Shapiro-Wilk at alpha={alpha}'
+
+# %% ../nbs/14_stats.ipynb #14de6d66
+def _two_group_tests(
+    x: np.ndarray,  # a's per-seed averages
+    y: np.ndarray,  # b's
+    rank: bool,  # True: Mann-Whitney U; False: a t-test
+    mwu_method: str,  # scipy's Mann-Whitney method: 'exact', 'asymptotic' or 'auto'
+    equal_var: bool,  # False: Welch's t-test; True: Student's
+) -> tuple[str, list, float]:
+    "The test's name, its two-sided, 'greater' and 'less' results, and its degrees of freedom (nan for Mann-Whitney)."
+    alternatives = ('two-sided', 'greater', 'less')
+    if rank:
+        results = [sps.mannwhitneyu(x, y, alternative=alt, method=mwu_method) for alt in alternatives]
+        return 'mannwhitneyu', results, float('nan')
+    results = [sps.ttest_ind(x, y, equal_var=equal_var, alternative=alt) for alt in alternatives]
+    return ('ttest_welch' if not equal_var else 'ttest_student'), results, float(results[0].df)
+
 # %% ../nbs/14_stats.ipynb #7cf5d60d
 def compare_methods(
     df: pd.DataFrame,  # long frame: method, seed, task, score
@@ -162,26 +195,8 @@ def compare_methods(
         )
     wa, pa = _shapiro(x)
     wb, pb = _shapiro(y)
-    nonnormal = [v for v, p in ((a, pa), (b, pb)) if p == p and p < alpha]
-    untestable = [v for v, p in ((a, pa), (b, pb)) if p != p]
-    if nonnormal or untestable:
-        test = 'mannwhitneyu'
-        why = (
-            f'Shapiro-Wilk p < {alpha} for {nonnormal}'
-            if nonnormal
-            else f'normality cannot be tested for {untestable} (fewer than 3 seeds or constant)'
-        )
-        r2 = sps.mannwhitneyu(x, y, alternative='two-sided', method=mwu_method)
-        rg = sps.mannwhitneyu(x, y, alternative='greater', method=mwu_method)
-        rl = sps.mannwhitneyu(x, y, alternative='less', method=mwu_method)
-        df_t = float('nan')
-    else:
-        test = 'ttest_welch' if not equal_var else 'ttest_student'
-        why = f'both groups pass Shapiro-Wilk at alpha={alpha}'
-        r2, rg, rl = (
-            sps.ttest_ind(x, y, equal_var=equal_var, alternative=alt) for alt in ('two-sided', 'greater', 'less')
-        )
-        df_t = float(r2.df)
+    rank, why = _test_choice(((a, pa), (b, pb)), alpha)
+    test, (r2, rg, rl), df_t = _two_group_tests(x, y, rank=rank, mwu_method=mwu_method, equal_var=equal_var)
     return pd.DataFrame(
         [
             dict(
@@ -299,22 +314,35 @@ def mixed_effects(
     out['reference'] = b
     return out
 
+# %% ../nbs/14_stats.ipynb #650b815b
+@dataclass(frozen=True)
+class _ScoreSpread:
+    "The spread of `simulate_scores`' scores around the task means: its keywords `seed_sd` and `noise_sd`."
+
+    seed_sd: float = 0.5  # sd of the per-seed shift shared by both methods
+    noise_sd: float = 1.0  # sd of the per-(method, seed, task) noise
+
 # %% ../nbs/14_stats.ipynb #6f2afa4e
+@delegates(_ScoreSpread)
 def simulate_scores(
     effect: float = 0.0,  # how much method 'a' adds to every score
     n_seeds: int = 6,  # seeds per method
     tasks: Sequence[str] = ('code', 'math', 'instruct'),  # task names
     task_means: Sequence[float] | None = None,  # per-task mean score (default 25, 45, 58, ...)
-    seed_sd: float = 0.5,  # sd of the per-seed shift shared by both methods
-    noise_sd: float = 1.0,  # sd of the per-(method, seed, task) noise
+    *,
     seed: int = 0,  # the random seed
+    **kwargs,  # the spread (`_ScoreSpread`): seed_sd (of the per-seed shift, 0.5) and noise_sd (of the noise, 1.0)
 ) -> pd.DataFrame:
     "A long frame for methods 'a' and 'b' where the true effect of a over b is `effect`."
+    check_fields(kwargs, _ScoreSpread, 'a keyword of simulate_scores')
+    sd = _ScoreSpread(**kwargs)
     rng = np.random.default_rng(seed)
     mu = np.asarray(task_means if task_means is not None else (25 + 17 * np.arange(len(tasks))), dtype=float)
-    shift = rng.normal(0, seed_sd, n_seeds)
+    shift = rng.normal(0, sd.seed_sd, n_seeds)
     rows = [
-        dict(method=m, seed=s, task=t, score=mu[j] + shift[s] + (effect if m == 'a' else 0) + rng.normal(0, noise_sd))
+        dict(
+            method=m, seed=s, task=t, score=mu[j] + shift[s] + (effect if m == 'a' else 0) + rng.normal(0, sd.noise_sd)
+        )
         for m in ('a', 'b')
         for s in range(n_seeds)
         for j, t in enumerate(tasks)
