@@ -50,7 +50,7 @@ def ablation_table(
     ab: Ablation,  # the ablation
 ) -> pd.DataFrame:
     "Task scores of an ablation's arms (rows labelled as in the paper) per domain, the average, parameter counts."
-    t = arm_scores(run, 'ta-0.5', ab.grid(run.quick))
+    t = arm_scores(run, 'ta-0.5', ab.grid(run.options.quick))
     cfg = merges_dir(run) / 'ta-0.5' / 'config.json'
     if t.empty or not ab.params or not cfg.exists():
         return t
@@ -154,7 +154,7 @@ def _ablation_section(ab: Ablation, extra=None):
         if t.empty:
             return None
         paper = paper_rows(ab.paper, ab.key) if ab.paper else None
-        sec = Section([Table('', t, paper, err=arm_stderr(run, 'ta-0.5', ab.grid(run.quick)))])
+        sec = Section([Table('', t, paper, err=arm_stderr(run, 'ta-0.5', ab.grid(run.options.quick)))])
         a, pa = (
             t['avg'].dropna(),
             (paper['Avg (paper)'].dropna() if paper is not None and 'Avg (paper)' in paper else None),
@@ -162,9 +162,9 @@ def _ablation_section(ab: Ablation, extra=None):
         if extra:
             extra(run, t, figs, sec=sec)
         if ab.claims and len(a):
-            sec.claims += ab.claims(run, ab.grid(run.quick), a, pa=pa)
+            sec.claims += ab.claims(run, ab.grid(run.options.quick), a, pa=pa)
         if ab.core and len(a):
-            sec.core += ab.core(run, ab.grid(run.quick), a, pa=pa)
+            sec.core += ab.core(run, ab.grid(run.options.quick), a, pa=pa)
         return sec
 
     return section
@@ -180,7 +180,7 @@ def ablation_record(
     ABLATIONS[name] = ab
 
     def run_grid(r: Run):
-        arms_over(r, ['ta-0.5'], list(ab.grid(r.quick).values()), desc=name)
+        arms_over(r, ['ta-0.5'], list(ab.grid(r.options.quick).values()), desc=name)
 
     return Experiment(
         name, paper, f'{ab.title} on ta-0.5', run=run_grid, section=_ablation_section(ab, extra), arms=ab.arms
@@ -392,7 +392,9 @@ def _figure3(run, t, figs, sec):
         'AlpacaEval and on the average.'
     )
     if '0.001' in t.index and len(t) > 1:
-        m = margin(run, {lab: a for lab, a in ABLATIONS['lr'].grid(run.quick).items() if lab in t.index}, '0.001')
+        m = margin(
+            run, {lab: a for lab, a in ABLATIONS['lr'].grid(run.options.quick).items() if lab in t.index}, '0.001'
+        )
         sec.claims.append(
             claim(
                 verdict(m['lo'], m['hi']), f'1e-3 gives the best average: ahead of the next learning rate by {ci(m)}.'

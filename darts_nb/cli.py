@@ -340,8 +340,8 @@ def cmd_surgery(a, ap):
 
     check_merge_names([a.merge], a.profile, '--merge')  # a typo leaves no runs/NAME/run.json behind
     old = open_run(a.name) if (run_dir(a.name) / 'run.json').exists() else None  # into an existing run: its settings
-    quick = old.quick if old else False
-    limit = a.eval_limit if a.eval_limit is not None or not old else old.eval_limit
+    quick = old.options.quick if old else False
+    limit = a.eval_limit if a.eval_limit is not None or not old else old.options.eval_limit
     run = make_run(a.profile, a.name, quick=quick, eval_limit=limit, device=a.device)
     stage_merges(run, [a.merge])
     base = run_arm(run, a.merge, a.domain, arm=NONE)
@@ -388,7 +388,7 @@ def cmd_report(a, ap):
 def cmd_run(a, ap):
     "darts run: the whole programme, then the report."
     options = options_from_args(a)  # checked before the library's heavy part is imported
-    check_judge_settings(options.judge)  # and the judge, before any model loads or generates
+    check_judge_settings(options.judge)  # so is the judge (make_run checks it again for callers of the library)
     from darts_nb.experiments import run_all
 
     run_all(options, only=a.only)  # prints where the report is

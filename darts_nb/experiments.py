@@ -11,7 +11,7 @@ import sys
 import time
 from .core import write_json
 from fastcore.meta import delegates
-from .options import RunOptions, check_judge_settings, run_options
+from .options import RunOptions
 from .runs import Run, make_run
 from .cost import memory_plan
 from .report import Experiment, Section, write_report
@@ -117,13 +117,11 @@ def run_all(
 ) -> Run:
     "Run the programme in registry order; every stage skips what the store already holds."
     _check_names(only)
-    opts = run_options(profile, name, **kwargs)
-    check_judge_settings(opts.judge)  # before the run is made: a judge that cannot judge is said before any model
-    run = make_run(opts)
+    run = make_run(profile, name, **kwargs)  # the profile resolved once, into `run.profile`, which every stage reads
     if only is not None:
         _check_applies(run, only)
-    print(memory_plan(run.profile, run.device), flush=True)  # before any model loads: will it fit?
-    if only is None and run.quick:
+    print(memory_plan(run.profile, run.options.device), flush=True)  # before any model loads: will it fit?
+    if only is None and run.options.quick:
         only = list(QUICK_EXPERIMENTS)
     try:
         _run_records(run, only)

@@ -160,7 +160,7 @@ def compute_loss(
     mask: torch.Tensor,  # B x T real positions
     entropy: torch.Tensor | None = None,  # B x T expert entropies ('ewl1')
     head=None,  # expert LM head ('kl', 'ce')
-    **kw,
+    **kw,  # the loss's own settings, passed through (chunk_size; soft for 'ce')
 ) -> torch.Tensor:
     "Call loss `name` with the arguments it needs."
     fn = get_loss(name)

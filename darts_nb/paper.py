@@ -569,7 +569,7 @@ def exp_cost(
             'code',
             settings=CostSettings(kind=kind),
             prompts=texts,
-            device=run.device,
+            device=run.options.device,
         ).assign(kind=kind, repeat=r)
         for r in range(2)
         for kind in COST_KINDS

@@ -204,11 +204,11 @@ def config_lines(
     "The report's configuration section."
     tpath = run.dir / 'timings.json'
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
-    dev = run.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    dev = run.options.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     merges = list(sweep_grid(run))
     sweep = (
         f"the quick sweep {', '.join(merges)} ({sweep_basis(run)})"
-        if run.quick
+        if run.options.quick
         else f'the full sweep grid ({len(merges)} merges)'
     )
     lines = [
@@ -216,8 +216,8 @@ def config_lines(
         '',
         f'- profile `{run.profile.name}`: base `{run.profile.base}`; experts '
         + ', '.join(f'{d} `{p}`' for d, p in run.profile.experts.items()),
-        f'- quick = {run.quick}: {sweep}; '
-        f'eval items per domain: {run.eval_limit or "all"} (evaluation profile `{run.eval_profile}`)',
+        f'- quick = {run.options.quick}: {sweep}; '
+        f'eval items per domain: {run.options.eval_limit or "all"} (evaluation profile `{run.eval_profile}`)',
         f'- surgery defaults: {asdict(DARTS)}; batch 8, T_max 512, Adam (0.9, 0.999); calibration seeds {PAPER_SEEDS}',
         f'- device `{dev}`, {torch.get_num_threads()} CPU threads; '
         + ', '.join(f'{k} {v}' for k, v in _versions().items()),

@@ -7,6 +7,7 @@ Docs: https://darts-nb.github.io/darts_nb/runs.html.md"""
 # %% ../nbs/15_runs.ipynb #5f5b8315
 from __future__ import annotations
 import re
+import warnings
 from dataclasses import dataclass, asdict, field, replace
 from pathlib import Path
 import pandas as pd
@@ -14,7 +15,14 @@ import torch
 from fastcore.meta import delegates
 from .core import darts_home, write_json, stable_hash, moved_name
 from .domains import DOMAINS
-from .options import RunOptions, run_options, check_run_name, check_shared_dir, generation_batch_size
+from darts_nb.options import (
+    RunOptions,
+    run_options,
+    check_run_name,
+    check_shared_dir,
+    check_judge_settings,
+    generation_batch_size,
+)
 from darts_nb.inputs import (
     models_key,
     run_inputs,
@@ -47,13 +55,6 @@ def run_dir(
     "The directory of run `name`: `DARTS_HOME/runs/<name>`."
     return darts_home() / 'runs' / name
 
-# %% ../nbs/15_runs.ipynb #c304b990
-def _option(
-    name: str,  # a field of `RunOptions`
-) -> property:
-    "A read-only `Run` attribute that is the run's `options.<name>`."
-    return property(lambda run: getattr(run.options, name), doc=f"The run's `options.{name}`.")
-
 # %% ../nbs/15_runs.ipynb #48ff3fec
 @dataclass
 class Run:
@@ -69,16 +70,18 @@ class Run:
     _executor: object = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # the merge grid and its hashes, computed once
 
-    quick = _option('quick')  # the quick sweep and ablation grids
-    eval_limit = _option('eval_limit')  # eval items per domain (None: the whole eval split)
-    device = _option('device')  # where models run (None: CUDA if available)
-    workers = _option('workers')  # processes that compute jobs at once; the driver alone writes the store
-    judge = _option('judge')  # paper profile: the alpaca_eval annotators config (None: AlpacaEval not judged)
-    batch_size = _option('batch_size')  # generation batch size (None: see `eval_batch_size`)
-    keep_merges = _option('keep_merges')  # False: the sweep deletes each merge once scored
-    executor = _option('executor')  # where jobs run: 'local' or 'ray' (darts_nb.executors)
-    address = _option('address')  # ray: None (a loopback instance here), 'auto' or 'HOST:PORT'
-    shared_dir = _option('shared_dir')  # where workers write merges, caches and modules; None: DARTS_HOME
+    def __getattr__(self, name):
+        "A setting read as `run.quick` (before settings had one home): `run.options.quick`, with a DeprecationWarning."
+        if name.startswith('_') or name == 'options' or name not in RunOptions.__dataclass_fields__:
+            raise AttributeError(f'{type(self).__name__!r} object has no attribute {name!r}')
+        warnings.warn(f'run.{name} is now run.options.{name}', DeprecationWarning, stacklevel=2)
+        return getattr(self.options, name)
+
+    def __setattr__(self, name, value):
+        "A setting is the options' (`run.options = replace(run.options, ...)`): `run.quick = False` is refused."
+        if name in RunOptions.__dataclass_fields__ and name not in Run.__dataclass_fields__:
+            raise AttributeError(f'run.{name}: a setting of the run lives in run.options (dataclasses.replace it)')
+        super().__setattr__(name, value)
 
     def __post_init__(self):
         if self.options.name != self.name:
@@ -91,7 +94,7 @@ class Run:
     @property
     def home(self) -> Path:
         "The root of the run's artefacts: `shared_dir`, else DARTS_HOME."
-        return Path(self.shared_dir).expanduser().absolute() if self.shared_dir else darts_home()
+        return Path(self.options.shared_dir).expanduser().absolute() if self.options.shared_dir else darts_home()
 
     @property
     def shared(self) -> Path:
@@ -110,7 +113,7 @@ class Run:
     @property
     def eval_batch_size(self) -> int | str:
         "The generation batch size: the run's, else `options.generation_batch_size`'s choice for its tasks and device."
-        return generation_batch_size(self.batch_size, self.eval_profile, device=self.device)
+        return generation_batch_size(self.options.batch_size, self.eval_profile, device=self.options.device)
 
     def model(
         self,
@@ -121,7 +124,7 @@ class Run:
         if path not in self._models:
             self._models.clear()
             release_memory()  # the last model's memory is given back before the next one is loaded
-            self._models[path] = load_model(path, self.device)
+            self._models[path] = load_model(path, self.options.device)
         return self._models[path]
 
     def head(
@@ -170,7 +173,10 @@ class Run:
         "The run's executor (made on first use)."
         if self._executor is None:
             self._executor = make_executor(
-                self.executor, workers=self.workers, address=self.address, shared_dir=self.shared_dir
+                self.options.executor,
+                workers=self.options.workers,
+                address=self.options.address,
+                shared_dir=self.options.shared_dir,
             )
         return self._executor
 
@@ -267,6 +273,7 @@ def make_run(
 ) -> Run:
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
     opts = run_options(profile, name, **kwargs)
+    check_judge_settings(opts.judge)  # a judge that cannot judge is said before any model loads or generates
     check_shared_dir(opts.shared_dir)  # a shared folder is never made here
     # bad executor settings (an address without Ray, Ray not installed) are refused before anything is built
     make_executor(opts.executor, workers=opts.workers, address=opts.address, shared_dir=opts.shared_dir)
@@ -295,13 +302,13 @@ def make_run(
     clean_stale(meta.parent)  # what a killed driver was writing here (run.json, timings) and nobody renews
     m = dict(
         profile=asdict(prof),
-        quick=run.quick,
-        eval_limit=run.eval_limit,
+        quick=run.options.quick,
+        eval_limit=run.options.eval_limit,
         models_key=key,
-        judge=run.judge,
+        judge=run.options.judge,
         inputs=inputs,
         content_key=run.content_key,
-        shared_dir=run.shared_dir,
+        shared_dir=run.options.shared_dir,
     )
     write_json(meta, {**m, 'record_key': _record_key(m)})
     return run
@@ -418,9 +425,9 @@ def evaluate_in_run(
         domains=list(domains),
         settings=EvalSettings(
             profile=run.eval_profile,
-            eval_limit=run.eval_limit,
+            eval_limit=run.options.eval_limit,
             batch_size=run.eval_batch_size,
-            judge=run.judge,
+            judge=run.options.judge,
             out_dir=run.shared / 'alpaca_eval',
             generator=re.sub(r'[^\w.+-]', '-', name),
             calib_n=n_calib,

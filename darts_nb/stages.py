@@ -75,8 +75,8 @@ def merges_dir(
 def sweep_grid(
     run: Run,  # the run
 ) -> dict[str, dict]:
-    "The run's merges: the full grid; with `run.quick` one per family, the full sweep's choice on a shipped zoo."
-    if not run.quick:
+    "The run's merges: the full grid; when quick, one per family: the full sweep's choice on a shipped zoo."
+    if not run.options.quick:
         return _grid(run)
     shipped = shipped_sweep(run.profile)
     names = list(shipped['best'].values()) if shipped else list(QUICK)
@@ -127,7 +127,9 @@ def merge_job(
     cfg: dict,  # its mergekit configuration
 ) -> pd.DataFrame:
     "Make one merge in the run's merges folder; returns its row of `run_merges`' table (the driver records failures)."
-    return run_merges({name: cfg}, merges_dir(run), device=run.device, progress=False, record=False, check=False)
+    return run_merges(
+        {name: cfg}, merges_dir(run), device=run.options.device, progress=False, record=False, check=False
+    )
 
 # %% ../nbs/15c_stages.ipynb #503ad8da
 def need_merge(
@@ -170,8 +172,8 @@ def stage_sweep(
     run: Run,  # the run
     names: list[str] | None = None,  # configurations (None: the whole sweep)
 ) -> None:
-    "Merge, then score, the sweep; without `run.keep_merges`, `workers` at a time, each deleted once scored."
-    if run.keep_merges:
+    "Merge, then score, the sweep; without `run.options.keep_merges`, `workers` at a time, each deleted once scored."
+    if run.options.keep_merges:
         bar = tqdm(desc='sweep', disable=False, delay=0.5)  # the stage's one line: its merges, then their scores
         try:
             stage_merges(run, names, bar=bar)
@@ -181,8 +183,8 @@ def stage_sweep(
         return
     todo = [n for n in _configs(run, names) if not len(recorded(run, role='merged', merge_config=n, surgery_kind=''))]
     bar = tqdm(total=len(todo), desc='sweep (merge, score, delete)', unit='merge', disable=False)  # the stage's line
-    for i in range(0, len(todo), run.workers):
-        part = todo[i : i + run.workers]
+    for i in range(0, len(todo), run.options.workers):
+        part = todo[i : i + run.options.workers]
         stage_merges(run, part, progress=False)
         score_merges(run, part, progress=False)
         for n in part:
@@ -220,7 +222,7 @@ def sweep_basis(
     run: Run,  # the run
 ) -> str:
     "What the run's best merges rest on, in words, for the claims made on them."
-    if not run.quick:
+    if not run.options.quick:
         return f'the best of each family among the {len(_grid(run))} merges of the full sweep'
     shipped = shipped_sweep(run.profile)
     if shipped:

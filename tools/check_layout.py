@@ -15,6 +15,11 @@
   `__getattr__` (darts_nb.core.moved_name): every entry must name a module that defines the name, the old module
   must no longer define it, and no library module may import a moved name from its old home (the graph above would
   then show a dependency that is not there, and a monkeypatch of the old name would patch nothing).
+- Rooms and steps of a readable size: no module over 700 lines (a module that grows past it holds several concepts;
+  split it along its seams, never pack it: ruff formats every file), no function over 60 lines (a longer one reads
+  as steps: name them) and none with more than 6 parameters (`self`/`cls` aside; `*args` and `**kwargs` count one
+  each): a longer list is an options object in spirit (a cache's settings, an evaluation's, a sandbox's limits).
+  Exceptions are named, with their reasons, in ALLOWED_LONG.
 - Lines of at most 120 characters in the library, except the `__all__` that nbdev writes itself (it wraps the list
   at 120 and then adds its 10-character prefix). ruff holds the notebooks to the same limit.
 
@@ -34,6 +39,21 @@ root = Path(__file__).resolve().parent.parent
 MAX_LINE = 120
 MIN_SHARE = 0.9
 MAX_POSITIONAL = 3
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 6
+# Functions ('module.qualified_name') that may be longer or take more parameters than the limits above: the reason
+# beside each.
+ALLOWED_LONG = {
+    'core.check_number': (
+        'a validator: the value, its name and a range (two bounds, whether each is open, None allowed), as check_int; '
+        'every caller names the bounds by keyword'
+    ),
+    'losses.compute_loss': (
+        "one signature for every loss: its name, the three tensors, the two inputs only some losses need (entropy, "
+        "the expert's head) and the loss's own settings passed through"
+    ),
+}
 # Callees (as the call spells them) that take their arguments by position only, and so may take more than
 # MAX_POSITIONAL of them: the reason beside each.
 ALLOWED_POSITIONAL = {
@@ -247,6 +267,38 @@ def positional_calls(path: Path, most: int = MAX_POSITIONAL) -> list[str]:
     return out
 
 
+def _parameter_count(node: ast.AST) -> int:
+    "A function's parameters: positional, keyword-only, `*args` and `**kwargs` (one each), less a method's self/cls."
+    a = node.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    first = (a.posonlyargs + a.args)[:1]
+    return n - (bool(first) and first[0].arg in ('self', 'cls'))
+
+
+def long_definitions(path: Path) -> list[str]:
+    """Functions of `path` over MAX_FUNCTION_LINES lines or MAX_PARAMETERS parameters, as 'name: what', unless allowed.
+
+    Nested functions count by their own size (and inside their parent's)."""
+    out = []
+
+    def visit(node: ast.AST, prefix: str):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef) and f'{path.stem}.{name}' not in ALLOWED_LONG:
+                    lines, params = child.end_lineno - child.lineno + 1, _parameter_count(child)
+                    if lines > MAX_FUNCTION_LINES:
+                        out.append(f'{name}: {lines} lines')
+                    if params > MAX_PARAMETERS:
+                        out.append(f'{name}: {params} parameters')
+                visit(child, name + '.')
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(), str(path)), '')
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--notebooks', nargs='*', help='only these notebooks and their modules (default: all of them)')
@@ -263,6 +315,13 @@ def main(argv=None) -> int:
             continue
         if lines := long_lines(p):
             errs.append(f'{p.relative_to(root)}: lines over {MAX_LINE} characters: {lines[:10]}')
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES:
+            errs.append(f'{p.relative_to(root)}: {n} lines, over {MAX_MODULE_LINES}: split it along its seams')
+        if long := long_definitions(p):
+            errs.append(
+                f'{p.relative_to(root)}: functions over {MAX_FUNCTION_LINES} lines or {MAX_PARAMETERS} parameters '
+                f'(read them as steps, or their parameters as one options object): {long}'
+            )
         if calls := positional_calls(p):
             errs.append(f'{p.relative_to(root)}: calls with more than {MAX_POSITIONAL} arguments by position: {calls}')
     total = lessons = 0
@@ -292,6 +351,8 @@ def main(argv=None) -> int:
         f'layout ok: {len(g)} modules, no import cycle; {len(nbs)} notebooks, one definition per export cell, '
         f'{lessons} of {total} public names ({share:.0%}) in a lesson; '
         f'{sum(map(len, tables.values()))} moved names resolve from their old modules; library lines <= {MAX_LINE}; '
+        f'modules <= {MAX_MODULE_LINES} lines, functions <= {MAX_FUNCTION_LINES} lines and '
+        f'{MAX_PARAMETERS} parameters; '
         f'no call with more than {MAX_POSITIONAL} arguments by position'
     )
     return 0

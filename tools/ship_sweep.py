@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def sweep_record(name: str) -> dict:
     "What the full sweep of run `name` found: best merge per family, what it rests on, every merge's mean score."
     run = open_run(name)
-    if run.quick or run.eval_limit is not None:
-        raise SystemExit(f'FAIL: run {name!r} is quick or limited (eval_limit={run.eval_limit}): ship a full run')
+    if run.options.quick or run.options.eval_limit is not None:
+        raise SystemExit(
+            f'FAIL: run {name!r} is quick or limited (eval_limit={run.options.eval_limit}): ship a full run'
+        )
     grid, table = sweep_grid(run), sweep_table(run)
     missing = sorted(set(grid) - set(table.index))
     if missing:
