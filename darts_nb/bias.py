@@ -6,15 +6,14 @@ Docs: https://darts-nb.github.io/darts_nb/bias.html.md"""
 
 # %% ../nbs/13_bias.ipynb #5ca3dfe2
 from __future__ import annotations
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
 from fastcore.meta import delegates
 from scipy import stats as sps
-from .core import check_int, check_number, positions_from_mask, pyplot, save_figure
-from .options import check_fields
+from .core import check_int, check_number, positions_from_mask, pyplot, save_figure, settings_from
 from .surgery import apply_surgery
 
 # %% auto #0
@@ -100,8 +99,7 @@ def synthetic_cache(
     "A left-padded cache-like object whose true Eq. 2 bias at position p is base + slope * p."
     from types import SimpleNamespace
 
-    check_fields(kwargs, SyntheticSettings, 'a synthetic cache setting')
-    s = replace(SyntheticSettings() if settings is None else settings, **kwargs)
+    s = settings_from(settings, SyntheticSettings, kwargs, what='a synthetic cache setting')
     n, t, h, base, slope, seed = s.n, s.t, s.h, s.base, s.slope, s.seed
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(s.min_len or t // 2, t + 1, (n,), generator=g)

@@ -6,7 +6,6 @@ Docs: https://darts-nb.github.io/darts_nb/cache.html.md"""
 
 # %% ../nbs/06_cache.ipynb #6fd0b6ef
 from __future__ import annotations
-import difflib
 import gc
 import json
 import copy
@@ -31,6 +30,7 @@ from darts_nb.core import (
     path_fingerprint,
     save_dir,
     check_int,
+    check_keywords,
 )
 from .checkpoints import check_vocab
 from .lease import clean_stale
@@ -330,11 +330,7 @@ def _split_keywords(
 ) -> tuple[dict, ComputeOptions]:
     "(the function's own keywords, defaults filled in; the others as `ComputeOptions`); an unknown one is a TypeError."
     known = [*own, *(f.name for f in fields(ComputeOptions))]
-    for k in kwargs:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            hint = f"; did you mean {' or '.join(near)}?" if near else ''
-            raise TypeError(f"{k!r} is not a keyword of {what} ({', '.join(known)}){hint}")
+    check_keywords(kwargs, known, f"a keyword of {what} ({', '.join(known)})")
     mine = {k: kwargs.get(k, v) for k, v in own.items()}
     return mine, ComputeOptions(**{k: v for k, v in kwargs.items() if k not in own})
 

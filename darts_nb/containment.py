@@ -13,14 +13,13 @@ import time
 import shutil
 import random
 import signal
-import difflib
 import tempfile
 import subprocess
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from importlib import resources
-from .core import check_int, check_number
+from .core import check_int, check_number, settings_from
 
 # %% auto #0
 __all__ = ['SandboxUnavailable', 'sandbox_python', 'sandbox_view', 'SandboxLimits', 'sandbox_layers']
@@ -209,15 +208,7 @@ def _limits_from(
     **kwargs,  # fields of `SandboxLimits`, over those of `limits`
 ) -> SandboxLimits:
     "`limits` (or the defaults) with the keywords' fields; a TypeError names a keyword that is not a limit."
-    if limits is not None and not isinstance(limits, SandboxLimits):
-        raise TypeError(f'limits: expected a SandboxLimits or None, got {type(limits).__name__}')
-    known = [f.name for f in fields(SandboxLimits)]
-    for k in kwargs:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            hint = f"; did you mean {' or '.join(near)}?" if near else ''
-            raise TypeError(f'{k!r} is not a sandbox limit (a field of SandboxLimits){hint}')
-    return SandboxLimits(**kwargs) if limits is None else replace(limits, **kwargs)
+    return settings_from(limits, SandboxLimits, kwargs, what='a sandbox limit (a field of SandboxLimits)', arg='limits')
 
 # %% ../nbs/01a_containment.ipynb #c8dcbf1b
 _REQUIRED = ('netns', 'ipcns', 'mntns', 'pidns', 'view', 'scratch', 'landlock-fs', 'nproc', 'pdeathsig')

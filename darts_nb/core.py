@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #82854e3e
 from __future__ import annotations
+import difflib
 import os
 import sys
 import errno
@@ -19,6 +20,7 @@ import stat
 import ctypes
 import time
 from contextlib import contextmanager
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +33,8 @@ __all__ = ['QUIET_ENV', 'darts_home', 'set_seed', 'default_device', 'default_dty
            'lm_head', 'final_hidden', 'token_entropy', 'hidden_entropy', 'stable_hash', 'path_fingerprint',
            'tmp_sibling', 'is_disk_full', 'no_space_error', 'atomic_path', 'atomic_write', 'write_json',
            'refuse_link_or_file', 'save_dir', 'read_dir', 'LineLog', 'quiet_libraries', 'pyplot', 'save_figure',
-           'in_notebook', 'check_int', 'check_number', 'check_choice', 'moved_name']
+           'in_notebook', 'check_int', 'check_number', 'check_choice', 'check_keywords', 'check_fields',
+           'settings_from', 'moved_name']
 
 # %% ../nbs/00_core.ipynb #1fcc5203
 def darts_home() -> Path:
@@ -648,6 +651,41 @@ def check_choice(
     if isinstance(value, (list, dict, set)) or value not in allowed:
         raise _expected(value, f'one of {list(allowed)}', arg, none=False)
     return value
+
+# %% ../nbs/00_core.ipynb #acae54e37e7d407bbb7b55eff062a284
+def check_keywords(
+    kw: dict,  # keywords given
+    known: list[str],  # the names allowed
+    what: str,  # what a name is, for the message ('a run option', 'a keyword of build_cache (...)')
+) -> None:
+    "A TypeError naming the first keyword of `kw` that is not in `known`, and the nearest known names."
+    for k in kw:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=2)
+            raise TypeError(f"{k!r} is not {what}" + (f"; did you mean {' or '.join(near)}?" if near else ''))
+
+# %% ../nbs/00_core.ipynb #72eea5119410473aa328ad9291626812
+def check_fields(
+    kw: dict,  # keywords given
+    cls: type,  # the options dataclass they should be fields of
+    what: str,  # what a field is, for the message ('a run option')
+) -> None:
+    "A TypeError naming the first keyword that is not a field of `cls`, and the nearest fields."
+    check_keywords(kw, [f.name for f in fields(cls)], what)
+
+# %% ../nbs/00_core.ipynb #8763a12b2bbd4a93a75aff182afb95dc
+def settings_from(
+    given,  # the settings object the caller passed, or None
+    cls: type,  # its frozen dataclass
+    kw: dict,  # keywords given: fields of `cls`, over those of `given`
+    what: str,  # what a field is, for the message ('a sweep setting')
+    arg: str = 'settings',  # the name of the argument that holds `given`, for the message
+):
+    "`given` (None: `cls`'s defaults) with the keywords' fields; a TypeError names a stray keyword or a wrong `given`."
+    if given is not None and not isinstance(given, cls):
+        raise TypeError(f'{arg}: expected a {cls.__name__} or None, got {type(given).__name__}')
+    check_fields(kw, cls, what)
+    return cls(**kw) if given is None else replace(given, **kw)
 
 # %% ../nbs/00_core.ipynb #49481e9a
 def moved_name(

@@ -6,13 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
 # %% ../nbs/24_correct.ipynb #da45ed13
 from __future__ import annotations
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from .core import check_choice, check_int, check_number, atomic_write, moved_name
+from .core import check_choice, check_int, check_number, atomic_write, moved_name, settings_from
 from .domains import DOMAINS
 from .names import CORRECT_KINDS, LOSSES
-from .options import option, shared_option, check_fields
+from .options import option, shared_option
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
@@ -84,10 +84,7 @@ def correct_options(
 ) -> CorrectOptions:
     "The options of a correction: `options` with the keywords `kw` over it."
     kw = {_RENAMED.get(k, k): v for k, v in kw.items()}
-    check_fields(kw, CorrectOptions, 'an option of correct_merge')
-    if options is not None and not isinstance(options, CorrectOptions):
-        raise TypeError(f'options: expected a CorrectOptions or None, got {type(options).__name__}')
-    return replace(options or CorrectOptions(), **kw)
+    return settings_from(options, CorrectOptions, kw, what='an option of correct_merge', arg='options')
 
 # %% ../nbs/24_correct.ipynb #6a317f21
 @dataclass

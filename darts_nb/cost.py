@@ -11,14 +11,13 @@ import time
 import tempfile
 import resource
 import threading
-import difflib
 import warnings
 from dataclasses import dataclass, replace, InitVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
-from .options import SHARED, check_fields
-from .core import default_device, set_seed, check_int, check_number
+from .options import SHARED
+from .core import default_device, set_seed, check_int, check_number, check_fields, check_keywords
 from .surgery import make_surgery, n_params
 from .surgery_files import save_surgery
 from .train import train_surgery, TrainSettings
@@ -108,11 +107,7 @@ def cost_settings(
     if 'n_prompts' in kwargs and 'calib_n' not in kwargs:  # its old name
         warnings.warn('n_prompts is now calib_n', DeprecationWarning, stacklevel=3)
         kwargs['calib_n'] = kwargs.pop('n_prompts')
-    for k in kwargs:
-        if k not in COST_KEYWORDS:
-            near = difflib.get_close_matches(k, COST_KEYWORDS, n=2)
-            hint = f"; did you mean {' or '.join(near)}?" if near else ''
-            raise TypeError(f"{k!r} is not a cost setting: expected one of {list(COST_KEYWORDS)}{hint}")
+    check_keywords(kwargs, COST_KEYWORDS, f'a cost setting: expected one of {list(COST_KEYWORDS)}')
     top = {k: v for k, v in kwargs.items() if k in ('kind', 'rank', 'calib_n')}
     cache = {k: v for k, v in kwargs.items() if k in ('max_len', 'batch_size')}
     train = {k: v for k, v in kwargs.items() if k in ('loss', 'batch_size')}

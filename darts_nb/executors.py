@@ -14,13 +14,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from fastcore.meta import delegates
 from tqdm.auto import tqdm
 from .names import EXECUTORS
-from .core import LineLog, check_choice, write_json
-from .options import check_fields
+from .core import LineLog, check_choice, write_json, settings_from
 
 # %% auto #0
 __all__ = ['LOCAL_RAY_ENV', 'FORWARDED_ENV', 'Job', 'JobError', 'job_error', 'JobsFailed', 'run_job', 'LocalExecutor',
@@ -195,8 +194,7 @@ def execute(
     **kwargs,  # any field of `StageOptions` (on_result, failures, progress, bar): overrides `options`
 ) -> list:
     "Run the jobs and return their results in order; failures are recorded, then raised."
-    check_fields(kwargs, StageOptions, 'a stage option')
-    opts = replace(StageOptions() if options is None else options, **kwargs)
+    opts = settings_from(options, StageOptions, kwargs, what='a stage option', arg='options')
     results, failed = [None] * len(jobs), {}
     if not jobs:
         return results

@@ -11,7 +11,7 @@ import json
 import re
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +28,8 @@ from darts_nb.core import (
     check_choice,
     check_int,
     check_number,
+    settings_from,
 )
-from .options import check_fields
 from .lease import clean_stale, hold_lease
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .checkpoints import check_compatible, tensor_shapes, NOTE_FIELDS
@@ -593,8 +593,7 @@ def run_merges(
     "Run the merges not finished yet, each checked before it counts: a table of name, status, seconds and error."
     import pandas as pd
 
-    check_fields(kwargs, SweepSettings, 'a sweep setting')
-    s = replace(SweepSettings() if settings is None else settings, **kwargs)
+    s = settings_from(settings, SweepSettings, kwargs, what='a sweep setting')
     if not isinstance(configs, dict):
         raise TypeError(f"configs: expected a dict name -> config, got {type(configs).__name__}")
     parsed = check_configs(configs) if s.check else {n: validate_config(n, c) for n, c in configs.items()}

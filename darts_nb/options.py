@@ -7,17 +7,16 @@ Docs: https://darts-nb.github.io/darts_nb/options.html.md"""
 # %% ../nbs/15_options.ipynb #088093b4
 from __future__ import annotations
 import argparse
-import difflib
 import os
 from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
-from .core import check_choice, check_int
+from .core import check_choice, check_fields, check_int
 from .names import EXECUTORS, LOSSES, SURGERY_KINDS
 
 # %% auto #0
 __all__ = ['SHARED', 'MAX_NAME', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
            'generation_batch_size', 'shared_option', 'check_run_name', 'check_shared_dir', 'max_workers', 'RunOptions',
-           'check_fields', 'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
+           'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
@@ -212,19 +211,6 @@ class RunOptions:
         if self.batch_size != 'auto':
             check_int(self.batch_size, 'batch_size', none=True)
         check_choice(self.executor, EXECUTORS, 'executor')
-
-# %% ../nbs/15_options.ipynb #0a368425
-def check_fields(
-    kw: dict,  # keywords given
-    cls: type,  # the options dataclass they should be fields of
-    what: str,  # what a field is, for the message ('a run option')
-) -> None:
-    "A TypeError naming the first keyword that is not a field of `cls`, and the nearest fields."
-    known = [f.name for f in fields(cls)]
-    for k in kw:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            raise TypeError(f"{k!r} is not {what}" + (f"; did you mean {' or '.join(near)}?" if near else ''))
 
 # %% ../nbs/15_options.ipynb #e1af47e6
 def run_options(

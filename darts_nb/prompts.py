@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.meta import delegates
-from .core import check_int
+from .core import check_int, check_fields
 from .domains import DOMAINS
-from .options import check_fields
 
 # %% auto #0
 __all__ = ['read_prompts', 'parse_assignments']

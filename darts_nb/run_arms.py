@@ -6,14 +6,13 @@ Docs: https://darts-nb.github.io/darts_nb/run_arms.html.md"""
 
 # %% ../nbs/15d_run_arms.ipynb #28a9f099
 from __future__ import annotations
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd
 from fastcore.meta import delegates
 from tqdm.auto import tqdm
-from .core import check_choice, check_int, set_seed
+from .core import check_choice, check_int, set_seed, settings_from
 from .domains import CALIB_TEXTS, DOMAINS, METRICS
-from .options import check_fields
 from .inputs import calib_items, item_texts
 from .executors import Job
 from .surgery import make_surgery
@@ -95,8 +94,7 @@ def domain_cache(
     **kwargs,  # any field of `CacheText` (split, n, seed, mode): overrides `text`
 ):
     "The hidden-state cache of (merged model, expert) on a domain's calibration or held-out text (built once)."
-    check_fields(kwargs, CacheText, 'a field of CacheText')
-    text = replace(CacheText() if text is None else text, **kwargs)
+    text = settings_from(text, CacheText, kwargs, what='a field of CacheText', arg='text')
     need_merge(run, merge)
     items = calib_items(domain, text.n, seed=text.seed, split=text.split, profile=run.eval_profile)
     # the same set in any order is one cache: seeds that only reorder share it; the seed's order is restored below

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 from fastcore.meta import delegates
-from .core import check_choice
-from .options import check_fields
+from .core import check_choice, check_fields
 
 # %% auto #0
 __all__ = ['LONG_COLUMNS', 'VERDICTS', 'paper_tables', 'paper_table', 'check_long', 'scores_frame', 'long_frame', 'seed_means',

@@ -14,7 +14,7 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field, asdict, replace
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
@@ -33,8 +33,8 @@ from darts_nb.core import (
     LineLog,
     quiet_libraries,
     moved_name,
+    settings_from,
 )
-from .options import check_fields
 from .domains import DOMAINS, METRICS, GEN_TOKENS, load_split, score_completion, split_hash
 from .hub import CorruptFile, read_json, check_checkpoint_files
 from .checkpoints import load_model
@@ -264,8 +264,7 @@ def train_lm(
     **kwargs,  # any field of `LMSchedule` (steps, lr, batch, seed): overrides `schedule`
 ) -> list[float]:
     "AdamW with warm-up and cosine decay over `steps` batches of packed sequences; returns the loss history."
-    check_fields(kwargs, LMSchedule, 'a field of LMSchedule')
-    plan = LMSchedule(**kwargs) if schedule is None else replace(schedule, **kwargs)
+    plan = settings_from(schedule, LMSchedule, kwargs, what='a field of LMSchedule', arg='schedule')
     steps, batch = plan.steps, plan.batch
     set_seed(plan.seed)
     rng = random.Random(plan.seed)
