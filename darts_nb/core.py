@@ -526,6 +526,7 @@ QUIET_ENV = {
     'HF_DATASETS_DISABLE_PROGRESS_BARS': '1',  # datasets' ('Generating test split', 'Map')
     'TRANSFORMERS_VERBOSITY': 'error',  # transformers' advisory warnings
     'TQDM_DISABLE': '1',  # bars that libraries draw without a `disable` of their own (lm-eval's per-task bars)
+    'VLLM_LOGGING_LEVEL': 'ERROR',  # vLLM's engine (--engine vllm): its INFO lines, several a second
 }
 
 # %% ../nbs/00_core.ipynb #97c0aa22

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .core import check_choice, check_int, check_number, atomic_write, moved_name, settings_from
 from .domains import DOMAINS
 from .names import CORRECT_KINDS, LOSSES
-from .options import option, shared_option
+from .options import SHARED, option, shared_option
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
@@ -51,9 +51,11 @@ class CorrectOptions:
     include_path: str | None = option(None, "a folder of the user's lm-eval task YAMLs", metavar='DIR')
     eval_limit: int | None = shared_option('eval_limit', aliases=('--limit',))
     eval_batch_size: int = option(8, 'lm-eval batch size', type=int)
+    engine: str = shared_option('engine')
 
     def __post_init__(self):
         check_choice(self.kind, CORRECT_KINDS, 'kind')
+        check_choice(self.engine, SHARED['engine']['choices'], 'engine')
         check_choice(self.loss, LOSSES, 'loss')
         for k in ('rank', 'iters', 'train_batch_size', 'max_len', 'calib_n', 'n_held', 'eval_batch_size'):
             check_int(getattr(self, k), k)
@@ -347,7 +349,7 @@ def score_tasks(
     o = correct_options(options, **kw)
     pairs = task_pairs(tasks, list(modules))
     model, tok = load_model(merged, device=o.device)
-    lm = darts_model_class()(pretrained=model, tokenizer=tok, batch_size=o.eval_batch_size)
+    lm = darts_model_class()(pretrained=model, tokenizer=tok, batch_size=o.eval_batch_size, engine=o.engine)
     tm = TaskManager(include_path=[str(tasks_dir())] + ([o.include_path] if o.include_path else []))
     seeds = dict(random_seed=o.seed, numpy_random_seed=o.seed, torch_random_seed=o.seed, fewshot_random_seed=o.seed)
     rows = []

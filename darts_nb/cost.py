@@ -12,25 +12,29 @@ import tempfile
 import resource
 import threading
 import warnings
-from dataclasses import dataclass, replace, InitVar
+from dataclasses import dataclass, field, replace, InitVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 import torch
 from .options import SHARED
-from .core import default_device, set_seed, check_int, check_number, check_fields, check_keywords
+from .core import default_device, set_seed, check_int, check_number, check_fields, check_keywords, check_choice
 from .surgery import make_surgery, n_params
 from .surgery_files import save_surgery
 from .train import train_surgery, TrainSettings
 from .cache import CacheSettings, ComputeOptions, build_cache
 from .losses import LOSS_NEEDS
+from .arms import Arm, NONE, STANDARD_L1, DARTS
+from .merge import FAMILIES, sweep_configs
+from .engine import ENGINES
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # %% auto #0
-__all__ = ['COST_KEYWORDS', 'COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS', 'PeakRSS',
-           'CostSettings', 'cost_settings', 'calibration_cost', 'cost_table', 'weight_count', 'MemoryPlan',
-           'memory_plan']
+__all__ = ['COST_KEYWORDS', 'COST_PHASES', 'COST_KINDS', 'LLAMA2_7B', 'PAPER_CONFIGS', 'TABLE8_MEMORY', 'PLAN_ROWS',
+           'PAPER_ITEMS', 'PAPER_ANSWER_TOKENS', 'HF_TOKENS_PER_S', 'PUBLIC_ENGINES', 'MEASURED_ENGINES',
+           'VLLM_START_S', 'PeakRSS', 'CostSettings', 'cost_settings', 'calibration_cost', 'cost_table', 'weight_count',
+           'MemoryPlan', 'memory_plan', 'GenerationCounts', 'GenerationPlan', 'generation_plan']
 
 # %% ../nbs/08_cost.ipynb #c0a1b2c6
 def _rss_bytes() -> int:
@@ -499,3 +503,165 @@ def memory_plan(
     mem = _device_memory(dev) if memory is None else int(check_number(memory, 'memory', lo=0, lo_open=True) * 1e9)
     dtype = 'bfloat16' if _weight_bytes(dev) == 2 else 'float32'
     return MemoryPlan(name, str(dev), dtype, source=source, table=table, memory=mem, settings=s)
+
+# %% ../nbs/08_cost.ipynb #3fe7b507
+PAPER_ITEMS = {'code': 164, 'math': 1319, 'instruct': 805}  # items of HumanEval, GSM8K and AlpacaEval (counted)
+# a typical answer's tokens (assumed): a HumanEval function body, a GSM8K chain of thought, a long AlpacaEval answer
+PAPER_ANSWER_TOKENS = {'code': 256, 'math': 200, 'instruct': 600}
+HF_TOKENS_PER_S = 1000  # batched HF generate of a 7B model on one A100-class GPU: a public figure (assumed here)
+# (HF, vLLM, unit): public figures (assumed here), and what issue 36 measured on this project's 2-core CPU
+PUBLIC_ENGINES = {'Llama-3-8B, one A6000': (2273, 4326, 'tokens/s'), 'HumanEval, one H100': (46, 15, 'min')}
+MEASURED_ENGINES = {
+    'toy zoo, 180 prompts x 128 new tokens, 2-core CPU': (4.0, 1.4, 's'),
+    'SmolLM2-135M-Instruct, 2-core CPU': (84, 142, 'tokens/s'),
+}
+VLLM_START_S = {'toy zoo': (22, 92), 'SmolLM2-135M-Instruct': (27,)}  # measured there too: seconds, least to most
+
+# %% ../nbs/08_cost.ipynb #dbb6fbae
+def _speedup(
+    hf: float,  # HF's figure
+    vllm: float,  # vLLM's figure
+    unit: str,  # 'tokens/s' (a speed: more is faster), or a unit of time ('s', 'min': less is faster)
+) -> float:
+    "How many times faster vLLM generates than HF, from their speeds or their times."
+    return vllm / hf if unit == 'tokens/s' else hf / vllm
+
+# %% ../nbs/08_cost.ipynb #25656160
+def _grid_size(
+    domains: tuple[str, ...],  # the experts' domains (two or more)
+) -> int:
+    "How many merges the paper's grid holds over experts of `domains` (`merge.sweep_configs`, named only)."
+    if len(domains) < 2:
+        raise ValueError(f"merges: the grid needs two experts or more, got domains {list(domains)}; give merges")
+    with tempfile.TemporaryDirectory() as d:  # folders without checkpoints: the grid's names alone
+        return len(sweep_configs(Path(d) / 'base', {k: Path(d) / k for k in domains}))
+
+# %% ../nbs/08_cost.ipynb #929771ce
+@dataclass(frozen=True)
+class GenerationCounts:
+    "What a run generates: each domain's items and answer length, the sweep's merges, the arms on the best merges."
+
+    items: dict = field(default_factory=lambda: dict(PAPER_ITEMS))  # domain -> items evaluated
+    answer_tokens: dict = field(default_factory=lambda: dict(PAPER_ANSWER_TOKENS))  # domain -> tokens of an answer
+    merges: int | None = None  # merges the sweep scores (None: the paper's grid over these domains)
+    families: int = len(FAMILIES)  # merging families: the arms run on each one's best merge
+    arms: tuple[Arm, ...] = (NONE, STANDARD_L1, DARTS)  # Table 1's; 'none' reuses the sweep's answers
+    seeds: tuple[int, ...] = (0,)  # the surgery arms' seeds (`arms.PAPER_SEEDS`: Tables 4 and 14)
+
+    def __post_init__(self):
+        if set(self.items) != set(self.answer_tokens):
+            raise ValueError(
+                f"answer_tokens: expected the domains of items {sorted(self.items)}, got {sorted(self.answer_tokens)}"
+            )
+        if self.merges is None:
+            object.__setattr__(self, 'merges', _grid_size(tuple(self.items)))
+        check_int(self.merges, 'merges', lo=0)
+        check_int(self.families, 'families', lo=0)
+
+    @property
+    def per_merge(self) -> int:
+        "Tokens one evaluation generates: every domain's items, each answered at its length."
+        return sum(n * self.answer_tokens[d] for d, n in self.items.items())
+
+    @property
+    def evaluations(self) -> dict[str, int]:
+        "Evaluations per stage: one per merge in the sweep; one per family, surgery arm and seed in the arms."
+        surgery = sum(a.kind != 'none' for a in self.arms)
+        return {'sweep': self.merges, 'arms': self.families * surgery * len(self.seeds)}
+
+# %% ../nbs/08_cost.ipynb #8641d336
+def _generation_inputs(
+    counts: GenerationCounts,  # what is generated
+    tokens_per_s: float | None,  # HF's speed as the caller gave it (None: the public figure)
+    speedup: float | None,  # vLLM's over HF's as the caller gave it (None: the public A6000 ratio)
+) -> 'pd.DataFrame':
+    "A plan's inputs: value, unit, source ('counted', 'assumed', 'measured' or 'given'), whether used, and a note."
+    import pandas as pd
+
+    def source(value, default, kind):
+        return kind if value == default else 'given'
+
+    rows = [
+        (f'{d}: items', n, 'items', source(n, PAPER_ITEMS.get(d), 'counted'), True, '') for d, n in counts.items.items()
+    ]
+    for d, n in counts.answer_tokens.items():
+        rows.append((f'{d}: answer', n, 'tokens', source(n, PAPER_ANSWER_TOKENS.get(d), 'assumed'), True, 'typical'))
+    grid = source(counts.merges, _grid_size(tuple(counts.items)) if len(counts.items) > 1 else None, 'counted')
+    rows.append(('merges', counts.merges, 'merges', grid, True, 'the grid (merge.sweep_configs); paper: 124+'))
+    surgery = sum(a.kind != 'none' for a in counts.arms)
+    arms = f"{counts.families} x {surgery} x {len(counts.seeds)}; 'none' reuses the sweep's answers"
+    rows.append(('families x surgery arms x seeds', counts.evaluations['arms'], 'evaluations', 'counted', True, arms))
+    hf = HF_TOKENS_PER_S if tokens_per_s is None else tokens_per_s
+    said = 'public: batched generate, 7B, one A100-class GPU' if tokens_per_s is None else 'passed as tokens_per_s'
+    rows.append(('HF speed', hf, 'tokens/s', source(tokens_per_s, None, 'assumed'), True, said))
+    for name, (a, b, unit) in {**PUBLIC_ENGINES, **MEASURED_ENGINES}.items():
+        kind = 'assumed' if name in PUBLIC_ENGINES else 'measured'
+        used = speedup is None and name == next(iter(PUBLIC_ENGINES))
+        rows.append(('vLLM / HF', _speedup(a, b, unit), 'x', kind, used, f'{name}: HF {a} vs vLLM {b} {unit}'))
+    if speedup is not None:
+        rows.append(('vLLM / HF', speedup, 'x', 'given', True, 'passed as speedup'))
+    for name, s in VLLM_START_S.items():
+        took = ' to '.join(map(str, s))
+        rows.append(('vLLM start', max(s), 's', 'measured', False, f'{name}: {took} s, once per process'))
+    df = pd.DataFrame(rows, columns=['input', 'value', 'unit', 'source', 'used', 'note'], dtype=object)
+    return df.astype({'used': bool})  # the values stay as given: counts as integers, ratios as floats
+
+# %% ../nbs/08_cost.ipynb #5ebf7a40
+@dataclass
+class GenerationPlan:
+    "Tokens a run generates and the hours they take, per engine and stage, with where each input comes from."
+
+    table: 'pd.DataFrame'  # rows (engine, stage: 'sweep', 'arms', 'total'), columns tokens, tokens_per_s, hours
+    inputs: 'pd.DataFrame'  # `_generation_inputs`: value, unit, source, used, note
+    counts: GenerationCounts  # what is generated
+
+    def hours(
+        self,
+        engine: str,  # 'hf' or 'vllm'
+        stage: str = 'total',  # 'sweep', 'arms' or 'total'
+    ) -> float:
+        "Hours one engine generates for one stage."
+        return float(self.table.loc[(engine, stage), 'hours'])
+
+    def __str__(self):
+        c, t = self.counts, self.table
+        head = (
+            f"generation plan: {c.per_merge:,} tokens per evaluation; {c.evaluations['sweep']} evaluations in the "
+            f"sweep, {c.evaluations['arms']} in the arms (one GPU; the engine's start is not in the hours)"
+        )
+        shown = t.assign(
+            tokens=[f'{v / 1e6:.1f} M' for v in t.tokens],
+            tokens_per_s=[f'{v:,.0f}' for v in t.tokens_per_s],
+            hours=[f'{v:.1f} h' for v in t.hours],
+        )
+        ins = self.inputs.assign(value=[f'{v:,}' if isinstance(v, int) else f'{v:.2f}' for v in self.inputs.value])
+        wide = max(map(len, ins.note))  # the notes read from the left
+        notes = ins.to_string(index=False, formatters={'note': lambda s: f'{s:<{wide}}'})
+        return '\n'.join([head, shown.to_string(), 'inputs:', notes])
+
+# %% ../nbs/08_cost.ipynb #b86d5d08
+def generation_plan(
+    counts: GenerationCounts | None = None,  # what is generated (None: the paper profile's sweep and Table 1's arms)
+    engine: str | None = None,  # 'hf' or 'vllm' (None: both)
+    tokens_per_s: float | None = None,  # HF's speed (None: the public 1k tokens/s of a 7B model on an A100)
+    speedup: float | None = None,  # vLLM's speed over HF's (None: the public 4,326 / 2,273 of Llama-3-8B, A6000)
+) -> GenerationPlan:
+    "Tokens generated and hours per engine, for the sweep and the arms: counted tokens over a speed per engine."
+    import pandas as pd
+
+    counts = GenerationCounts() if counts is None else counts
+    engines = ENGINES if engine is None else (check_choice(engine, ENGINES, 'engine'),)
+    check_number(tokens_per_s, 'tokens_per_s', lo=0, lo_open=True, none=True)
+    check_number(speedup, 'speedup', lo=0, lo_open=True, none=True)
+    hf = HF_TOKENS_PER_S if tokens_per_s is None else tokens_per_s
+    ratio = _speedup(*next(iter(PUBLIC_ENGINES.values()))) if speedup is None else speedup
+    speeds = {'hf': hf, 'vllm': hf * ratio}
+    tokens = {stage: n * counts.per_merge for stage, n in counts.evaluations.items()}
+    tokens['total'] = sum(tokens.values())
+    rows = [
+        dict(engine=e, stage=s, tokens=n, tokens_per_s=speeds[e], hours=n / speeds[e] / 3600)
+        for e in engines
+        for s, n in tokens.items()
+    ]
+    table = pd.DataFrame(rows).set_index(['engine', 'stage'])
+    return GenerationPlan(table, _generation_inputs(counts, tokens_per_s, speedup=speedup), counts)

@@ -326,9 +326,11 @@ class EvalSettings:
     reference: str | Path | None = None  # paper profile: AlpacaEval reference outputs (default: GPT-3.5-Turbo's)
     out_dir: str | Path | None = None  # paper profile: where AlpacaEval outputs go (default darts_home()/alpaca_eval)
     generator: str = 'darts_nb'  # paper profile: the model's name in the AlpacaEval outputs
+    engine: str = 'hf'  # what generates: 'hf' (transformers' generate) or 'vllm' (`engine.vllm_lm`)
 
     def __post_init__(self):
         check_choice(self.profile, ('toy', 'paper'), 'profile')
+        check_choice(self.engine, ('hf', 'vllm'), 'engine')
 
 # %% ../nbs/12_evaluate.ipynb #dbe85ed9
 def _task_configs(
@@ -365,6 +367,21 @@ def _quiet_lm_eval():
         if bars:
             dlog.enable_progress_bar()
 
+# %% ../nbs/12_evaluate.ipynb #e5a1c0de
+def _lm(
+    model,  # an in-memory Hugging Face causal LM
+    tokenizer,  # its tokenizer
+    settings: EvalSettings,  # the evaluation's settings (engine, batch size)
+):
+    "lm-eval's model: `HFLM`, generating through the process's vLLM engine when `settings.engine` is 'vllm'."
+    if settings.engine == 'vllm':
+        from darts_nb.engine import vllm_lm
+
+        return vllm_lm(model, tokenizer)
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
+
 # %% ../nbs/12_evaluate.ipynb #67313717
 def _run_lm_eval(
     model,  # an in-memory Hugging Face causal LM
@@ -375,11 +392,10 @@ def _run_lm_eval(
 ) -> dict:
     "lm-eval's `simple_evaluate` of the tasks on the model, every seed the settings' and every sample logged."
     from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
 
     s = settings
     with _quiet_lm_eval():
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
+        lm = _lm(model, tokenizer, s)
         if os.environ.get('TQDM_DISABLE'):  # libraries' bars off (core.quiet_libraries): its request bars too, whose
             lm.generate_until = partial(lm.generate_until, disable_tqdm=True)  # `disable` lm-eval passes itself
             lm.loglikelihood = partial(lm.loglikelihood, disable_tqdm=True)
@@ -460,4 +476,5 @@ def evaluate_model(
         df.attrs['alpaca_eval_annotations'] = judged['annotations']
     if settings.log_samples:
         df.attrs['samples'] = out.get('samples', {})
+    df.attrs['engine'] = settings.engine
     return df

@@ -100,9 +100,12 @@ def run_inputs(
     models: str,  # `models_key(profile)`
     eval_limit: int | None = None,  # eval items per domain (None: all)
     judge: str | None = None,  # paper tasks: the AlpacaEval judge's annotators config (None: not judged)
+    engine: str = 'hf',  # what generates the answers ('hf' or 'vllm')
 ) -> dict:
-    "What every row of a run is computed from besides its own key: checkpoints, tasks, eval limit, data, judge."
+    "What every row of a run is computed from besides its own key: checkpoints, tasks, eval limit, data, judge, engine."
     d = dict(models=models, tasks=profile.eval_profile, eval_limit=eval_limit, data=data_key(profile.eval_profile))
+    if engine != 'hf':  # another engine, other answers (never mixed); hf's key is the one every earlier run has
+        d['engine'] = engine
     # another judge, other AlpacaEval win rates
     return {**d, 'judge': judge} if profile.eval_profile == 'paper' else d
 

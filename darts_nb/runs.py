@@ -42,6 +42,7 @@ from .cache import release_memory
 from .store import record, load_results, load_items, results_path, check_store, RESULT_COLUMNS
 from .evaluate import EvalSettings, evaluate_model
 from .lease import clean_stale
+from .engine import check_engine
 
 # %% auto #0
 __all__ = ['RUN_FIELDS', 'PROFILE_FIELDS', 'run_dir', 'Run', 'check_run_record', 'make_run', 'open_run', 'canonical_experts',
@@ -274,6 +275,8 @@ def make_run(
     "Resolve the profile (building the toy zoo if needed), open the run's directory and record its profile and inputs."
     opts = run_options(profile, name, **kwargs)
     check_judge_settings(opts.judge)  # a judge that cannot judge is said before any model loads or generates
+    if opts.engine != 'hf':
+        check_engine(opts.engine)  # so is an engine that is not installed
     check_shared_dir(opts.shared_dir)  # a shared folder is never made here
     # bad executor settings (an address without Ray, Ray not installed) are refused before anything is built
     make_executor(opts.executor, workers=opts.workers, address=opts.address, shared_dir=opts.shared_dir)
@@ -292,7 +295,7 @@ def make_run(
     limit = opts.eval_limit if opts.eval_limit is not None else (60 if opts.quick else None)
     shared = opts.shared_dir and str(Path(opts.shared_dir).expanduser().absolute())
     opts = replace(opts, eval_limit=limit, shared_dir=shared)
-    inputs = run_inputs(prof, key, eval_limit=limit, judge=opts.judge)
+    inputs = run_inputs(prof, key, eval_limit=limit, judge=opts.judge, engine=opts.engine)
     if old is not None:
         check_same_inputs(opts.name, old, inputs, meta=meta, has_results=results_path(meta.parent).exists())
     run = Run(opts.name, prof, options=opts, models_key=key, content_key=stable_hash(inputs))
@@ -431,6 +434,7 @@ def evaluate_in_run(
             out_dir=run.shared / 'alpaca_eval',
             generator=re.sub(r'[^\w.+-]', '-', name),
             calib_n=n_calib,
+            engine=run.options.engine,
         ),
     )
 
