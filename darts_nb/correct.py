@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import check_choice, check_int, check_number, atomic_write, moved_name, settings_from
 from .domains import DOMAINS
-from .names import CORRECT_KINDS, LOSSES
-from .options import SHARED, option, shared_option
+from .names import CORRECT_KINDS, ENGINES, LOSSES
+from .options import option, shared_option
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
     import pandas as pd
@@ -55,7 +55,7 @@ class CorrectOptions:
 
     def __post_init__(self):
         check_choice(self.kind, CORRECT_KINDS, 'kind')
-        check_choice(self.engine, SHARED['engine']['choices'], 'engine')
+        check_choice(self.engine, ENGINES, 'engine')
         check_choice(self.loss, LOSSES, 'loss')
         for k in ('rank', 'iters', 'train_batch_size', 'max_len', 'calib_n', 'n_held', 'eval_batch_size'):
             check_int(getattr(self, k), k)

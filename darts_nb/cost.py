@@ -25,7 +25,7 @@ from .cache import CacheSettings, ComputeOptions, build_cache
 from .losses import LOSS_NEEDS
 from .arms import Arm, NONE, STANDARD_L1, DARTS
 from .merge import FAMILIES, sweep_configs
-from .engine import ENGINES
+from .names import ENGINES
 
 if TYPE_CHECKING:
     import pandas as pd

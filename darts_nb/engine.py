@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 from .core import check_choice, check_int, stable_hash
 from .hooks import surgery_of
+from .names import ENGINES
 
 # %% auto #0
-__all__ = ['ENGINES', 'RPC_TIMEOUT', 'VLLM_ARCHS', 'VLLM_REQUESTS', 'vllm_missing', 'check_engine', 'EngineSettings',
-           'kv_cache_bytes', 'engine_key', 'VLLMEngine', 'register_vllm_models', 'close_engine', 'engine_for',
-           'engine_generate', 'vllm_lm']
+__all__ = ['RPC_TIMEOUT', 'VLLM_ARCHS', 'VLLM_REQUESTS', 'vllm_missing', 'check_engine', 'EngineSettings', 'kv_cache_bytes',
+           'engine_key', 'VLLMEngine', 'register_vllm_models', 'close_engine', 'engine_for', 'engine_generate',
+           'vllm_lm']
 
 # %% ../nbs/12c_engine.ipynb #29feb32c
-ENGINES = ('hf', 'vllm')  # what generates: Hugging Face `generate`, or a vLLM engine
 RPC_TIMEOUT = 1800  # seconds a weight load or module swap may take in the engine (a 7B model from CPU memory)
 VLLM_ARCHS = {'LlamaForCausalLM': 'DartsLlamaForCausalLM'}  # a transformers class -> its DARTS class in vLLM
 

