@@ -10,6 +10,9 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
+# vLLM's engine logs a dozen INFO lines per start; the checks keep its warnings and errors (core.QUIET_ENV does the same
+# for the commands).
+export VLLM_LOGGING_LEVEL := WARNING
 # Tests keep their zoo, merges and runs inside the checkout, never in the user's cache (remote-code modules of exported
 # checkpoints included: HF_MODULES_CACHE).
 TEST_HOME := $(CURDIR)/.darts_home
@@ -81,8 +84,12 @@ zoo-ci: $(STAMP)
 nbtest: $(STAMP)
 	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 2 --timing
 
+# pytest's files in parallel, one process per CPU up to 4 (many tests wait on a subprocess's imports or a server); a
+# file stays in one process, so its module fixtures (a Ray instance, a vLLM engine) start once. (xdist's loadgroup
+# would keep chosen files together, but it does nothing under pytest 9: it renames node ids, which pytest 9 ignores.)
+TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 pytest: $(STAMP)
-	$(TEST_ENV) $(BIN)/pytest -q tests/
+	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests/
 
 test-slow: $(STAMP) zoo-ci
 	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 2 --flags slow --timing
