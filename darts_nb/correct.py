@@ -450,22 +450,31 @@ def correction_summary(
 # %% ../nbs/24_correct.ipynb #746e8c23
 def check_out_dir(
     out_dir,  # where `correct_merge` writes
-    domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (and DOMAIN-corrected/ with export)
+    domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (DOMAIN-corrected/ with export; router/ for 2+)
     options: CorrectOptions | None = None,  # diagnose_only, export
 ) -> Path:
     "`out_dir`, or a ValueError naming it when a folder it would write holds someone else's files."
     from darts_nb.core import _refuse_foreign
     from darts_nb.deploy import _refuse_replace
     from darts_nb.surgery_files import _own_files
+    from darts_nb.routing import ROUTER_DIR, ROUTER_FILES
 
     o, out = options or CorrectOptions(), Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir: expected a folder, got {str(out)!r} (a file)")
+    routed = not o.diagnose_only and len(domains) >= 2  # a router goes to out_dir/router/
+    if routed and ROUTER_DIR in domains:
+        raise ValueError(
+            f"experts: the domain name {ROUTER_DIR!r} is the router's folder (out_dir/{ROUTER_DIR}/) when two experts "
+            f"or more are corrected; expected another name for that expert"
+        )
     try:
         for d in [] if o.diagnose_only else domains:
             _refuse_foreign(out / d, _own_files(out / d), 'surgery module')
             if o.export:
                 _refuse_replace(out / f'{d}-corrected')
+        if routed:
+            _refuse_foreign(out / ROUTER_DIR, ROUTER_FILES, 'router')
     except OSError as e:
         raise ValueError(
             f"out_dir: expected a new folder or an earlier output of darts correct, got {str(out)!r}: {e}"
@@ -522,13 +531,35 @@ def _save_modules(
         rows.append(_summary_row(d, diags[d], scores=held.get(d), folder=folder))
     return pd.DataFrame(rows)
 
+# %% ../nbs/24_correct.ipynb #7fb27b941602401d91542211134fc71a
+def _write_router(
+    plan: CorrectionPlan,  # the plan (`plan_correction`): its calibration and held-out prompts
+    domains: list[str],  # the domains of the trained modules (two or more)
+    out: Path,  # the output folder: the router goes to router/
+) -> str:
+    "The router over the modules' domains, fitted on the plan's prompts (`routing.fit_router`) and saved; a line."
+    from darts_nb.checkpoints import load_model
+    from darts_nb.routing import ROUTER_DIR, fit_router, save_router
+
+    model, tok = load_model(plan.merged, device=plan.options.device)
+    calib, held = {d: plan.calib[d] for d in domains}, {d: plan.held[d] for d in domains}
+    router = fit_router(model, tok, calib, held_out=held, max_len=plan.options.max_len)
+    router.meta['merged_model'] = plan.refs['merged']
+    folder = save_router(router, out / ROUTER_DIR)
+    c = router.meta['check']
+    return (
+        f"router ({folder}): of {c['prompts']} prompts it was checked on (held out, or left out of their domain's "
+        f"centroid) it accepts {c['accepted']}, {c['accepted_right']} of them routed to their own domain; the others "
+        f"fall back to no module"
+    )
+
 # %% ../nbs/24_correct.ipynb #2e09598e
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
     prompts=None,  # one source for every expert or domain -> source (`read_prompts`); None: the built-in domains
     held_out=None,  # held-out prompts: one source or domain -> source (None: see `plan_correction`)
-    out_dir='darts_correct',  # where the module folders, the figure and the summary go
+    out_dir='darts_correct',  # where the module folders, the router (2+ modules), the figure and the summary go
     **kw,  # progress (True: progress bars and the printed summary), options (a CorrectOptions), its fields by keyword
 ) -> pd.DataFrame:
     "Diagnose the merge against each expert, train and check one module per expert, save them: the summary table."
@@ -546,6 +577,8 @@ def correct_merge(
         tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
         atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))
     table = _save_modules(plan, out, diags=diags, modules=modules, held=held, tasks=tasks)
+    if len(modules) >= 2:  # a router picks among them per request (`routing`)
+        lines.append(_write_router(plan, list(modules), out))
     plot_diagnosis(diags, out / 'diagnosis.png')
     summary = correction_summary(table, lines) + ('' if tasks is None else '\n' + tasks.to_string(index=False) + '\n')
     atomic_write(out / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")
@@ -574,8 +607,9 @@ def attach_corrections(
     model,  # the merged model (loaded once)
     out_dir,  # a `correct_merge` output folder (its module folders), or a dict domain -> module folder
 ) -> list[str]:
-    "Register each module of a correction on `model` by its domain (`deploy.add_surgery`); the names. None attached."
+    "Register each module of a correction on `model` by its domain (`deploy.add_surgery`), and its router; the names."
     from darts_nb.deploy import add_surgery
+    from darts_nb.routing import ROUTER_DIR, attach_router
     from darts_nb.surgery_files import CONFIG, load_surgery
 
     if isinstance(out_dir, dict):
@@ -587,6 +621,9 @@ def attach_corrections(
     device = next(model.parameters()).device
     for d, p in folders.items():
         add_surgery(model, d, load_surgery(p, expect_hidden=model.config.hidden_size, device=device))
+    router = None if isinstance(out_dir, dict) else Path(out_dir) / ROUTER_DIR
+    if router is not None and router.is_dir() and ROUTER_DIR not in folders:  # not a module of that name
+        attach_router(model, router)  # `routing.router_of(model)`, what `routing.routed_generate` uses
     return list(folders)
 
 # %% ../nbs/24_correct.ipynb #4af5a2eb
