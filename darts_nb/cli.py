@@ -15,7 +15,7 @@ from pathlib import Path
 from .arms import Arm
 from .core import LineLog, check_int, check_number, default_device, in_notebook, quiet_libraries
 from .correct import CorrectOptions
-from .names import DOMAINS, EXPERIMENTS, ZOO_SIZES
+from .names import DOMAINS, EXPERIMENTS, REAL_MODELS, ZOO_SIZES
 from .options import add_option_flags, check_judge_settings, generation_batch_size, options_from_args
 
 # %% auto #0
@@ -58,7 +58,12 @@ def _sub(sub, name: str, help: str):
 # %% ../nbs/22_cli.ipynb #3c90b038
 def _zoo_flags(z: argparse.ArgumentParser) -> None:
     "darts zoo's flags."
-    z.add_argument('--size', default='toy', choices=ZOO_SIZES, help='which zoo')
+    z.add_argument(
+        '--size',
+        default='toy',
+        choices=(*ZOO_SIZES, *REAL_MODELS),
+        help='which zoo (smol: SmolLM2-135M-Instruct from PyPI with LoRA experts fine-tuned here, about 10 min)',
+    )
     z.add_argument('--table', action='store_true', help="also score every model on every domain (the zoo's Table 2)")
     add_option_flags(z, ['eval_limit'])
 
@@ -256,12 +261,16 @@ def check_merge_names(
 
 # %% ../nbs/22_cli.ipynb #ca78c300
 def cmd_zoo(a, ap):
-    "darts zoo: build the zoo, optionally print its Table 2."
+    "darts zoo: build the zoo (or a real world), optionally print its Table 2."
     _check_counts(ap, eval_limit=a.eval_limit)
+    flags = (['--table'] if a.table else []) + (['--eval-limit', str(a.eval_limit)] if a.eval_limit else [])
+    if a.size in REAL_MODELS:
+        from darts_nb.real import main as real_main
+
+        return real_main(['--name', a.size, *flags])
     from darts_nb.zoo import main as zoo_main
 
-    argv = ['--size', a.size] + (['--table'] if a.table else [])
-    zoo_main(argv + (['--eval-limit', str(a.eval_limit)] if a.eval_limit else []))
+    return zoo_main(['--size', a.size, *flags])
 
 # %% ../nbs/22_cli.ipynb #11090c13
 def cmd_merge(a, ap):
@@ -396,9 +405,10 @@ def cmd_run(a, ap):
 # %% ../nbs/22_cli.ipynb #7ef93bee
 def cmd_fetch(a, ap):
     "darts fetch: download a profile's hub models, the paper's datasets and the AlpacaEval reference (says how much)."
-    if a.profile in ZOO_SIZES:  # checked before the library's heavy part is imported
+    if a.profile in (*ZOO_SIZES, *REAL_MODELS):  # checked before the library's heavy part is imported
         raise ValueError(
-            f'--profile {a.profile}: the built-in zoo is built here (darts zoo), there is nothing to fetch'
+            f'--profile {a.profile}: the built-in zoo is built here (darts zoo --size {a.profile}), there is nothing '
+            'to fetch'
         )
     if a.profile != 'llama2-7b' and not Path(a.profile).expanduser().is_file():
         raise FileNotFoundError(

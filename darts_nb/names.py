@@ -9,8 +9,8 @@ from __future__ import annotations
 from .domains import CALIB_TEXTS, DOMAINS  # noqa: F401 (registered names too: imported, not copied)
 
 # %% auto #0
-__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'CORRECT_KINDS', 'LOSSES', 'EXECUTORS', 'ENGINES', 'ZOO_SIZES', 'PROFILES',
-           'EXPERIMENTS']
+__all__ = ['SURGERY_KINDS', 'SURGERY_ALIASES', 'CORRECT_KINDS', 'LOSSES', 'EXECUTORS', 'ENGINES', 'ZOO_SIZES', 'REAL_MODELS',
+           'PROFILES', 'EXPERIMENTS']
 
 # %% ../nbs/02b_names.ipynb #102da3f2
 SURGERY_KINDS = ('standard', 'position', 'add', 'parallel', 'token', 'shuffled')  # surgery.SURGERY_KINDS
@@ -20,7 +20,8 @@ LOSSES = ('l1', 'ewl1', 'kl', 'ce')  # losses.LOSSES
 EXECUTORS = ('local', 'ray')  # the registry's own (darts_nb.executors imports it)
 ENGINES = ('hf', 'vllm')  # the registry's own (darts_nb.engine imports it): transformers' generate, or vLLM
 ZOO_SIZES = ('ci', 'toy')  # zoo.ZOO_SIZES
-PROFILES = (*ZOO_SIZES, 'llama2-7b')  # the profiles known by name (profiles.profile_refs)
+REAL_MODELS = ('smol',)  # real.REAL_MODELS: real pretrained worlds built here (a base from PyPI, LoRA experts)
+PROFILES = (*ZOO_SIZES, *REAL_MODELS, 'llama2-7b')  # the profiles known by name (profiles.profile_refs)
 EXPERIMENTS = (  # experiments.EXPERIMENTS
     'experts',
     'sweep',

@@ -145,7 +145,10 @@ def check_shared_dir(
     raise ValueError(f"shared_dir: expected an existing folder, got {path!r}, {what}")
 
 # %% ../nbs/15_options.ipynb #f53db6ad
-PROFILE_HELP = "'toy' (the built-in zoo), 'ci', 'llama2-7b', or a YAML file with base and experts"
+PROFILE_HELP = (
+    "'toy' (the built-in zoo), 'ci', 'smol' (SmolLM2-135M-Instruct with LoRA experts, built here), 'llama2-7b', or a "
+    "YAML file with base and experts"
+)
 
 # %% ../nbs/15_options.ipynb #551e6ed7
 MAX_CLUSTER_WORKERS = 1024  # the most workers on a Ray cluster (--address): a typo guard, not a resource limit

@@ -13,6 +13,7 @@ from .core import stable_hash
 from .domains import DOMAINS
 from .hub import PAPER_MODELS, resolve_models, is_hub_id
 from .zoo import ZOO_SIZES, ROLES, REFERENCE_ZOOS, build_zoo, zoo_dir
+from .real import REAL_MODELS, build_real, real_dir
 
 # %% auto #0
 __all__ = ['PROFILE_KEYS', 'PROFILE_EXAMPLE', 'Profile', 'check_profile', 'profile_refs', 'get_profile']
@@ -26,6 +27,7 @@ class Profile:
     base: str
     experts: dict
     zoo_size: str | None = None  # set for the built-in zoo profiles
+    real: str | None = None  # set for a real world built here (`real.REAL_MODELS`): its name
     eval_profile: str = 'toy'  # which evaluation tasks apply: 'toy' or 'paper'
     hub_ids: dict | None = None  # role -> hub id, for the models given by id
 
@@ -129,7 +131,7 @@ def profile_refs(
         p = Path(profile).expanduser()
         if p.suffix not in ('.yaml', '.yml', '.json'):
             raise ValueError(
-                f"profile={profile!r} is not one of {list(ZOO_SIZES) + ['llama2-7b']} nor a dict or YAML file"
+                f"profile={profile!r} is not one of {[*ZOO_SIZES, *REAL_MODELS, 'llama2-7b']} nor a dict or YAML file"
             )
         d = check_profile(_read_profile_file(p), f'profile file {p}')
         name = _file_profile_name(p, d)
@@ -146,12 +148,39 @@ def _zoo_of(profile) -> tuple[str, int, bool] | None:
         return None
     return m.group(1), int(m.group(2) or 0), bool(m.group(3))
 
+# %% ../nbs/03b_profiles.ipynb #a3053fd6
+def _real_of(profile) -> tuple[str, int] | None:
+    "(name, experts' seed) of a real world's name, or None for any other profile."
+    if not isinstance(profile, (str, Path)):
+        return None
+    m = re.fullmatch(r'([a-z]+)(?:-s([1-9][0-9]*))?', str(profile))
+    if m is None or m.group(1) not in REAL_MODELS:
+        return None
+    return m.group(1), int(m.group(2) or 0)
+
+# %% ../nbs/03b_profiles.ipynb #18738c4f
+def _real_profile(
+    profile: str,  # the profile's name ('smol', 'smol-s1')
+    name: str,  # the real world (`real.REAL_MODELS`)
+    seed: int,  # its experts' seed
+    build: bool,  # build what is missing (else only the folders are named)
+) -> Profile:
+    "The profile of a real world: the base from its wheel, the experts of `seed` (evaluated on the built-in domains)."
+    if build:
+        paths = build_real(name, seed=seed)
+    else:
+        paths = {'base': real_dir(name) / 'base', **{d: real_dir(name, seed) / d for d in DOMAINS}}
+    return Profile(profile, str(paths['base']), {d: str(paths[d]) for d in DOMAINS}, eval_profile='toy', real=name)
+
 # %% ../nbs/03b_profiles.ipynb #c85a2d24
 def get_profile(
     profile: str | dict | Path = 'toy',  # a zoo ('toy', 'ci', 'toy-rebuilt', 'toy-s1'), 'llama2-7b', a dict or YAML
-    build: bool = True,  # build the zoo for 'toy'/'ci' if missing
+    build: bool = True,  # build the zoo for 'toy'/'ci' (or a real world, 'smol') if missing
 ) -> Profile:
     "Resolve a profile to local checkpoint directories (hub ids from the local cache; `hub.NotFetched` when absent)."
+    real = _real_of(profile)
+    if real is not None:
+        return _real_profile(str(profile), *real, build=build)
     zoo = _zoo_of(profile)
     if zoo is not None:
         size, seed, rebuild = zoo

@@ -108,8 +108,8 @@ class Run:
 
     @property
     def merge_dtype(self) -> str:
-        "What merges are saved in: float32 for the built-in zoo, bfloat16 for published models (a 7B merge: 13.5 GB)."
-        return 'float32' if self.profile.zoo_size else 'bfloat16'
+        "What merges are saved in: float32 for the zoo and the real worlds built here, bfloat16 for published models."
+        return 'float32' if self.profile.zoo_size or self.profile.real else 'bfloat16'
 
     @property
     def eval_batch_size(self) -> int | str:
@@ -205,6 +205,7 @@ PROFILE_FIELDS = {  # run.json's profile: `zoo.Profile`'s fields
     'base': _STR,
     'experts': _DICT,
     'zoo_size': _OPT_STR,
+    'real': _OPT_STR,
     'eval_profile': _STR,
     'hub_ids': ((dict, type(None)), 'an object or null'),
 }

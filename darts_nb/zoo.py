@@ -225,9 +225,11 @@ def pack(
     tok,  # the tokenizer
     docs: list[list[tuple[str, bool]]],  # documents of (text, trained) pieces
     max_len: int,  # tokens per sequence
+    bos: bool = True,  # begin each sequence with `<s>` (False: for a tokenizer that puts none before a text)
 ) -> list[tuple[list[int], list[int]]]:
     "(ids, labels) sequences of exactly `max_len` tokens, each beginning with `<s>`; labels -100 where untrained."
-    rows, ids, lab = [], [tok.bos_token_id], [-100]
+    start = [tok.bos_token_id] if bos else []
+    rows, ids, lab = [], list(start), [-100] * len(start)
     for doc in docs:
         for text, on in doc + [(tok.eos_token, doc[-1][1])]:
             e = tok(text, add_special_tokens=False)['input_ids']
@@ -235,7 +237,7 @@ def pack(
             lab += e if on else [-100] * len(e)
         while len(ids) >= max_len:
             rows.append((ids[:max_len], lab[:max_len]))
-            ids, lab = [tok.bos_token_id] + ids[max_len:], [-100] + lab[max_len:]
+            ids, lab = start + ids[max_len:], [-100] * len(start) + lab[max_len:]
     return rows
 
 # %% ../nbs/03_zoo.ipynb #2fa7245b
