@@ -127,7 +127,11 @@ def _correct_flags(c: argparse.ArgumentParser) -> None:
     )
     held = 'held-out prompts, one source or DOMAIN=SOURCE each (default: the n_held prompts after the first calib_n)'
     c.add_argument('--held-out', nargs='+', default=None, metavar='[DOMAIN=]SOURCE', help=held)
-    c.add_argument('--out', default='darts_correct', help='where the module folders, the figure and the summary go')
+    c.add_argument(
+        '--out',
+        default='darts_correct',
+        help='where the module folders, the router (2+ modules), the figure and the summary go',
+    )
     add_option_flags(c, cls=CorrectOptions)
 
 # %% ../nbs/22_cli.ipynb #74f991c5
