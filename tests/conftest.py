@@ -1,9 +1,31 @@
 """Fixtures and helpers that several test files share (pytest finds this file itself; the helpers are imported as
 `from conftest import half_written`)."""
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+
+def _own_temporary_folder() -> None:
+    "Under pytest-xdist (make test runs files in parallel), this worker's temporary files go to a folder of its own."
+    # A test that checks what is left in the temporary folder (test_sandbox: no darts_sbx_* left behind) must see its
+    # own process's leftovers only, not those of a test running beside it. Subprocesses inherit TMPDIR. The prefix is
+    # short: Ray and vLLM put Unix sockets under it, whose paths may not exceed 107 bytes.
+    worker = os.environ.get('PYTEST_XDIST_WORKER')
+    if not worker:
+        return
+    folder = tempfile.mkdtemp(prefix=f'{worker}-')
+    os.chmod(folder, 0o1777)  # as /tmp: the sandbox's tests run a process as nobody on files they put there
+    os.environ['TMPDIR'] = folder
+    tempfile.tempdir = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+_own_temporary_folder()
 
 
 @pytest.fixture
