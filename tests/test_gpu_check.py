@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_dry_run_prints_every_command(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert 'pip install --no-index --no-deps --upgrade --no-compile' in out
-    assert '--target /tmp/gpu-check-' in out
+    work = Path(tempfile.gettempdir()) / 'gpu-check-XXXXXXXX'  # the system's temporary folder (make test: a worker's)
+    assert f'--target {work}' in out
     assert all(f'/wheels/{n}-0.1-py3-none-any.whl' in out for n in gpu_check.NAMED_WHEELS)
     assert 'tools/gpu_check.py --child imports --spec' in out
     assert 'tools/gpu_check.py --child generate --spec' in out
@@ -75,7 +77,7 @@ def test_dry_run_prints_every_command(tmp_path):
     assert '"batch": 16, "prompt_len": 128, "new_tokens": 128' in out
     assert f'bench/bench_table8.py --device cuda --out {tmp_path}/out/raw/table8 --workdir' in out
     assert f'bench/bench_cache_memory.py --shape llama2-7b --device cuda --out {tmp_path}/out/raw/cache' in out
-    assert 'PYTHONPATH=/tmp/gpu-check-XXXXXXXX/site' in out
+    assert f'PYTHONPATH={work}/site' in out
     assert 'OMP_NUM_THREADS' not in out  # the GPU run keeps the machine's threads
     assert 'dry run: ready' in out
     assert not (tmp_path / 'out').exists()  # nothing ran
