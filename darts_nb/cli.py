@@ -271,10 +271,11 @@ def cmd_zoo(a, ap):
     if a.size in REAL_MODELS:
         from darts_nb.real import main as real_main
 
-        return real_main(['--name', a.size, *flags])
+        real_main(['--name', a.size, *flags])
+        return
     from darts_nb.zoo import main as zoo_main
 
-    return zoo_main(['--size', a.size, *flags])
+    zoo_main(['--size', a.size, *flags])
 
 # %% ../nbs/22_cli.ipynb #11090c13
 def cmd_merge(a, ap):
