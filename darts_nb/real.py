@@ -19,7 +19,7 @@ import torch
 from .core import darts_home, stable_hash, check_choice, atomic_path, write_json, in_notebook
 from .domains import DOMAINS, split_hash
 from .hub import CorruptFile
-from .zoo import expert_documents, pack, train_lm, zoo_table, _save, _is_complete
+from .zoo import expert_documents, pack, train_lm, zoo_table, stderr_as_log, _save, _is_complete
 
 # %% auto #0
 __all__ = ['LORA_TARGETS', 'REAL_MODELS', 'RealSpec', 'real_spec', 'real_dir', 'base_key', 'expert_key', 'sha256_file',
@@ -278,7 +278,7 @@ def main(
 ) -> dict[str, Path]:
     "Build a real world (base from its wheel, LoRA experts) and print its Table 2."
     import argparse
-    from darts_nb.core import LineLog, quiet_libraries
+    from darts_nb.core import quiet_libraries
 
     ap = argparse.ArgumentParser(prog='python -m darts_nb.real', description='Build a real pretrained world.')
     ap.add_argument('--name', default='smol', choices=list(REAL_MODELS))
@@ -288,10 +288,7 @@ def main(
     ap.add_argument('--verbose', action='store_true', help="the libraries' own progress bars and warnings too")
     a = ap.parse_args(argv)
     quiet_libraries(a.verbose)
-    err = sys.stderr
-    if not err.isatty() and not isinstance(err, LineLog):
-        sys.stderr = LineLog(err)  # a log: progress as lines
-    try:
+    with stderr_as_log():  # a log: progress as lines
         t0 = time.time()
         paths = build_real(a.name, seed=a.seed)
         print(f'real world {a.name} ready in {real_dir(a.name, a.seed)} ({time.time() - t0:.0f} s)')
@@ -299,8 +296,6 @@ def main(
             t1 = time.time()
             print(zoo_table(paths, a.eval_limit).round(1).to_string())
             print(f'Table 2 in {time.time() - t1:.0f} s')
-    finally:
-        sys.stderr = err
     return paths
 
 

@@ -14,6 +14,7 @@ import random
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ['ZOO_SIZES', 'ROLES', 'REFERENCE_ZOOS', 'SPECIALS', 'ZOO_FILES', 'ZooSpec', 'zoo_spec', 'zoo_name', 'zoo_dir',
            'corpus', 'train_tokenizer', 'fragment', 'base_documents', 'expert_documents', 'pack', 'LMSchedule',
            'train_lm', 'recipe_key', 'build_zoo', 'reference_dir', 'zoo_manifest', 'manifest_hash', 'check_reference',
-           'shipped_sweep', 'generate_completions', 'score_model', 'zoo_table', 'main']
+           'shipped_sweep', 'generate_completions', 'score_model', 'zoo_table', 'stderr_as_log', 'main']
 
 # %% ../nbs/03_zoo.ipynb #d42c75dd
 @dataclass(frozen=True)
@@ -528,6 +529,18 @@ def zoo_table(
     table = pd.DataFrame(rows).pivot(index='model', columns='domain', values='value')
     return table.loc[list(paths), list(DOMAINS)]
 
+# %% ../nbs/03_zoo.ipynb #c36a1bf3
+@contextmanager
+def stderr_as_log():
+    "While the block runs, stderr is a `LineLog` when it is not a terminal (a log file, make's output): bars as lines."
+    err = sys.stderr
+    if not err.isatty() and not isinstance(err, LineLog):
+        sys.stderr = LineLog(err)
+    try:
+        yield sys.stderr
+    finally:
+        sys.stderr = err
+
 # %% ../nbs/03_zoo.ipynb #3c4b0019
 def main(
     argv: list[str] | None = None,  # the arguments (default: sys.argv[1:])
@@ -544,10 +557,7 @@ def main(
     ap.add_argument('--verbose', action='store_true', help="the libraries' own progress bars and warnings too")
     a = ap.parse_args(argv)
     quiet_libraries(a.verbose)
-    err = sys.stderr
-    if not err.isatty() and not isinstance(err, LineLog):
-        sys.stderr = LineLog(err)  # a log (make zoo-ci): progress as lines
-    try:
+    with stderr_as_log():  # a log (make zoo-ci): progress as lines
         t0 = time.time()
         paths = build_zoo(a.size, seed=a.seed, rebuild=a.rebuild)
         shipped = a.size in REFERENCE_ZOOS and a.seed == 0 and not a.rebuild
@@ -556,8 +566,6 @@ def main(
         print(f'zoo {name} ready in {where} ({time.time() - t0:.0f} s)')
         if a.table:
             print(zoo_table(paths, a.eval_limit).round(1).to_string())
-    finally:
-        sys.stderr = err
     return paths
 
 
