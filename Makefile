@@ -84,13 +84,13 @@ zoo-ci: $(STAMP)
 nbtest: $(STAMP)
 	$(TEST_ENV) $(BIN)/nbdev-test --n-workers 2 --timing
 
-# pytest runs serially by default. `make test PYTEST_WORKERS=2` runs its files in parallel (pytest-xdist, a file per
-# process, the longest first). Three fresh-clone runs in parallel each found a test that shared state with another:
-# the temporary folder (now one per worker, tests/conftest.py), a literal /tmp path, and the session's ci merges,
-# which test_delete_merges removed (now in a folder of its own). Each is fixed, but no full parallel run has passed
-# since, so serial stays the default. (xdist's loadgroup would keep chosen files together, but it does nothing under
-# pytest 9: it renames node ids, which pytest 9 ignores.)
-PYTEST_WORKERS ?= 0
+# pytest runs its files in parallel (pytest-xdist, a file per process, the longest first), one process per CPU up to
+# 4; on a one-CPU machine, or with `make test PYTEST_WORKERS=0`, serially. Serially it took 1,598-1,716 s of CI's
+# 2 cores at fc55609-bce20f2, over the 25-minute budget. Three fresh-clone runs in parallel each found a test that
+# shared state with another: the temporary folder (now one per worker, tests/conftest.py), a literal /tmp path, and the
+# session's ci merges, which test_delete_merges removed (now in a folder of its own). (xdist's loadgroup would keep
+# chosen files together, but it does nothing under pytest 9: it renames node ids, which pytest 9 ignores.)
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -ge 2 ] && echo $$n || echo 0)
 SLOW_TESTS := tests/test_ray.py tests/test_ray_faults.py tests/test_engine.py tests/test_gpu_check.py \
 	tests/test_bench_engine.py tests/test_lm_eval_cli.py tests/test_cache_memory.py
 PYTEST_PARALLEL := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile $(SLOW_TESTS),)
