@@ -59,6 +59,16 @@ def lm_head_weight(
         )
     return next(iter(got.values()))
 
+# %% ../nbs/24b_triage.ipynb #894ee03b
+def _part_tensors(
+    path,  # a checkpoint folder
+    part: str,  # 'final norm' or 'LM head'
+) -> dict:
+    "The final norm's tensors, or the LM head (the input embeddings of a checkpoint whose head is tied to them)."
+    if part == 'LM head':
+        return {'lm_head.weight': lm_head_weight(path)}
+    return checkpoint_tensors(path, _is_final_norm)
+
 # %% ../nbs/24b_triage.ipynb #c93d90ef
 def head_shift(
     merged,  # the merged checkpoint folder
@@ -68,8 +78,8 @@ def head_shift(
     import pandas as pd
 
     rows = []
-    for part, want in (('final norm', _is_final_norm), ('LM head', _is_head)):
-        a, b = checkpoint_tensors(merged, want), checkpoint_tensors(expert, want)
+    for part in ('final norm', 'LM head'):
+        a, b = _part_tensors(merged, part), _part_tensors(expert, part)
         if sorted(a) != sorted(b) or not a:
             raise ValueError(f"{merged}, {expert}: expected the same {part} tensors, got {sorted(a)} and {sorted(b)}")
         d = r = n = 0.0
