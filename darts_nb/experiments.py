@@ -15,7 +15,7 @@ from .options import RunOptions
 from .runs import Run, make_run
 from .cost import memory_plan
 from .report import Experiment, Section, write_report
-from . import paper, ablations, premises, control, diagnosis_record, replication
+from . import paper, ablations, premises, control, diagnosis_record, routing_record, replication
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'QUICK_EXPERIMENTS', 'run_all']
@@ -46,6 +46,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         premises.SUMMARY,
         control.CONTROL,
         diagnosis_record.DIAGNOSIS,
+        routing_record.ROUTING,
         replication.REPLICATION,
     )
 }

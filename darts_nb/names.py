@@ -44,5 +44,6 @@ EXPERIMENTS = (  # experiments.EXPERIMENTS
     'summary',
     'control',
     'diagnosis',
+    'routing',
     'replication',
 )
