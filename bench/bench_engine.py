@@ -336,6 +336,9 @@ def smol_bench(model, tok, limit: int) -> dict:
         start_s=start_s, swap_s=swap_s, plain=smol_compare('plain', model, tok=tok, limit=limit, order=('hf', 'vllm'))
     )
     attach_surgery(model, a_module(model.config.hidden_size))
+    # the plain evaluation left these prompts in vLLM's prefix cache (still right: the module acts after the last
+    # layer); cleared, so that this evaluation costs what one evaluation of a model with a module costs on its own
+    engine.llm.reset_prefix_cache()
     try:
         res['attached'] = smol_compare('DARTS attached', model, tok=tok, limit=limit, order=('vllm', 'hf'))
     finally:
