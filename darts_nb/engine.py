@@ -174,6 +174,7 @@ class VLLMEngine:
         self.llm = LLM(model=str(folder), **self._engine_args(config, arch))
         _close_at_exit(self.close)
         self.attached = export_module(folder)  # the module served: an export's own, until `attach`
+        self.served = None  # (weak reference to the model last loaded, its weights_fingerprint); None: none yet
 
     def _engine_args(self, config, arch: str) -> dict:
         "LLM's keyword arguments: the DARTS class, the context, and the CPU's KV cache or the GPU's share."
@@ -198,8 +199,7 @@ class VLLMEngine:
     ) -> bool:
         "Load `model`'s weights into the running engine, in place, unless it serves them already; True if sent."
         fingerprint = weights_fingerprint(model)
-        served = self.__dict__.get('served')
-        if reuse and served is not None and served[0]() is model and served[1] == fingerprint:
+        if reuse and self.served is not None and self.served[0]() is model and self.served[1] == fingerprint:
             return False
         weights = {k: v.detach().to('cpu') for k, v in model.state_dict().items()}
         self.llm.collective_rpc(_in_worker('_reload', weights=weights), timeout=RPC_TIMEOUT)
