@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/replication.html.md"""
 
 # %% ../nbs/20c_replication.ipynb #546d05a2
 from __future__ import annotations
+import json
 from dataclasses import replace
 from pathlib import Path
 import numpy as np
@@ -22,8 +23,9 @@ from .report import Experiment, Section, Table, claim, ci
 from . import paper, premises
 
 # %% auto #0
-__all__ = ['REPLICA_STAGES', 'REPLICATED', 'REPLICATION', 'zoo_bootstrap', 'replica_names', 'replica_runs', 'exp_replication',
-           'arm_strata', 'main_strata', 'placement_strata', 'replication_table', 'domain_table', 'existing_replicas']
+__all__ = ['REPLICA_STAGES', 'REPLICATED', 'REPLICA_RECORDS', 'REPLICATION', 'zoo_bootstrap', 'recipe_of', 'replica_names',
+           'replica_runs', 'exp_replication', 'arm_strata', 'main_strata', 'placement_strata', 'replication_table',
+           'domain_table', 'existing_replicas', 'replica_cost_s']
 
 # %% ../nbs/20c_replication.ipynb #b5cb807c
 def _zoo_estimate(strata: dict, rng: np.random.Generator | None = None) -> float:
@@ -64,18 +66,28 @@ def zoo_bootstrap(
     sd = float(np.std(each, ddof=1)) if len(each) > 1 else np.nan
     return dict(est=float(np.mean(each)), lo=lo, hi=hi, n=sum(p['n'] for p in per), sd=sd, zoos=per)
 
+# %% ../nbs/20c_replication.ipynb #acae54e37e7d407bbb7b55eff062a284
+def recipe_of(
+    run: Run,  # the run whose zoo is the first
+) -> str:
+    "The recipe the run's models come from: a built-in zoo's size ('toy') or a real world's name ('smol')."
+    recipe = run.profile.zoo_size or run.profile.real
+    if recipe is None:
+        raise ValueError(
+            f"replication: profile {run.profile.name!r} is neither a built-in zoo nor a real world, so it has no recipe"
+        )
+    return recipe
+
 # %% ../nbs/20c_replication.ipynb #94d551b5
 def replica_names(
     run: Run,  # the run whose zoo is the first
     zoos: int = 3,  # how many zoos, the run's own included
 ) -> dict[int, tuple[str, str]]:
-    "seed -> (run name, profile) of each zoo, the run's own (seed 0) first."
-    size = run.profile.zoo_size
-    if size is None:
-        raise ValueError(f"replication: profile {run.profile.name!r} is not a built-in zoo, so it has no recipe")
+    "seed -> (run name, profile) of each zoo (a real world: each set of experts), the run's own (seed 0) first."
+    recipe = recipe_of(run)
     if zoos < 1:
         raise ValueError(f'zoos: expected an integer >= 1, got {zoos!r}')
-    return {0: (run.name, run.profile.name), **{s: (f'{run.name}-zoo{s}', f'{size}-s{s}') for s in range(1, zoos)}}
+    return {0: (run.name, run.profile.name), **{s: (f'{run.name}-zoo{s}', f'{recipe}-s{s}') for s in range(1, zoos)}}
 
 # %% ../nbs/20c_replication.ipynb #f7ec45ab
 def replica_runs(
@@ -257,15 +269,47 @@ def _replication_section(run: Run, figs: Path) -> Section | None:
         sec.core.append(
             claim(
                 verdict(r['lo'], r['hi']),
-                f'{name}, pooled over {len(r["zoos"])} zoos of the toy recipe: {_shown(unit)(r)} '
+                f'{name}, pooled over {len(r["zoos"])} zoos of the {recipe_of(run)} recipe: {_shown(unit)(r)} '
                 f'({r["n"]} item values; the zoos agree with the paper in {split} of {len(r["zoos"])}).',
             )
         )
     return sec
 
+# %% ../nbs/20c_replication.ipynb #72eea5119410473aa328ad9291626812
+REPLICA_RECORDS = ('sweep', 'main', 'placement')  # the records of `REPLICA_STAGES` whose wall time `timings.json` holds
+
+
+def replica_cost_s(
+    run: Run,  # a run of a real world (its experts carry their training time)
+) -> float | None:
+    "At least how many seconds one more replica would take here: its experts' training and the records it repeats."
+    tpath = run.dir / 'timings.json'
+    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    experts = [Path(p) / 'zoo.json' for p in run.profile.experts.values()]
+    if not all(p.exists() for p in experts) or not all(n in timings for n in REPLICA_RECORDS):
+        return None
+    trained = [json.loads(p.read_text()).get('seconds') for p in experts]
+    if None in trained:
+        return None
+    return float(sum(trained) + sum(timings[n] for n in REPLICA_RECORDS))
+
+# %% ../nbs/20c_replication.ipynb #10185d26023b46108eb7d9f57d49d2b3
+def _one_seed_line(run: Run) -> str:
+    "The line a real world's core claims get while the replication has not run: what it would do and cost."
+    cost = replica_cost_s(run)
+    when = '' if cost is None else f'; each replica would take at least {cost / 60:.0f} min on this machine'
+    return (
+        f'_These core claims rest on one set of experts (seed 0) of the {run.profile.real} recipe. '
+        f'`darts run --name {run.name} --only replication` fine-tunes the experts again with seeds 1 and 2 from '
+        f'the same base and measures the claims on each, pooled with intervals that include the seed-to-seed '
+        f'variation{when}._'
+    )
+
 # %% ../nbs/20c_replication.ipynb #cdaef260
 def _one_zoo_line(run: Run) -> str:
     "The line the core claims get while the replication has not run."
+    if run.profile.real is not None:
+        return _one_seed_line(run)
     if run.profile.zoo_size is None:
         return f'_These core claims rest on the checkpoints of profile {run.profile.name}._'
     return (
