@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import atomic_write, pyplot, save_figure
-from .domains import DOMAINS
+from transformers import AutoTokenizer
+from .domains import DOMAINS, load_split
 from .merge import FAMILY_NAMES, is_finished
 from .runs import Run, NONE, STANDARD_L1, DARTS, PAPER_SEEDS, recorded_items
 from darts_nb.stages import (
@@ -32,8 +33,9 @@ from .report import Experiment, Section, Table, claim, ci, paper_rows
 
 # %% auto #0
 __all__ = ['PAPER_MODELS_ROWS', 'EXPERTS', 'SWEEP', 'MAIN_ARMS', 'FLOOR', 'MAIN', 'TABLE3_MERGES', 'BIAS_VS_SCORE', 'BIAS',
-           'SEED_ARMS', 'PAPER_TASK_ROWS', 'SEEDS', 'COST', 'experts_errors', 'retention', 'exp_main', 'main_table',
-           'exp_bias_vs_score', 'rho_ci', 'bias_score_table', 'exp_bias', 'exp_seeds', 'seed_frame', 'exp_cost']
+           'SEED_ARMS', 'PAPER_TASK_ROWS', 'SEEDS', 'COST', 'experts_errors', 'late_answers', 'retention', 'exp_main',
+           'main_table', 'exp_bias_vs_score', 'rho_ci', 'bias_score_table', 'exp_bias', 'exp_seeds', 'seed_frame',
+           'exp_cost']
 
 # %% ../nbs/18_paper.ipynb #p0a1b2c6
 def _model_key(run: Run, role: str) -> dict:
@@ -47,6 +49,30 @@ def experts_errors(
     df = task_rows(run)
     df = df[df.role.isin(['base', 'expert'])] if len(df) else df
     return df.pivot_table(index='merge_config', columns='domain', values='stderr') if len(df) else pd.DataFrame()
+
+# %% ../nbs/18_paper.ipynb #acae54e37e7d407bbb7b55eff062a284
+def late_answers(
+    tokenizer,  # the base model's tokenizer
+    eval_limit: int | None = None,  # the first `eval_limit` eval items per domain, as the evaluation scores them
+    after: int = 256,  # the position an answer must start after
+) -> pd.Series:
+    "domain -> the share (%) of the evaluated items whose answer starts after token `after` of the prompt."
+    share = {}
+    for d in DOMAINS:
+        items = load_split(d, 'eval')[:eval_limit]
+        share[d] = 100 * float(np.mean([len(tokenizer(it['prompt'])['input_ids']) > after for it in items]))
+    return pd.Series(share, name=f'answers after token {after} (%)')
+
+# %% ../nbs/18_paper.ipynb #72eea5119410473aa328ad9291626812
+def _late_table(run: Run) -> Table | None:
+    "`late_answers` on the run's base tokenizer, for the toy tasks (None when the base has no local tokenizer)."
+    base = Path(run.profile.base)
+    if run.eval_profile != 'toy' or not (base / 'tokenizer_config.json').exists():
+        return None
+    late = late_answers(AutoTokenizer.from_pretrained(base), run.options.eval_limit)
+    return Table(
+        "evaluated answers that start after token 256 of the prompt, on the base's tokenizer (%)", late.to_frame().T
+    )
 
 # %% ../nbs/18_paper.ipynb #9c0dfe52
 PAPER_MODELS_ROWS = {
@@ -71,8 +97,10 @@ def _experts_section(run: Run, figs: Path) -> Section | None:
         lines.append(
             f'{d} expert {t.loc[d, d]:.1f} %, ahead of the next best by {ci(min(rs, key=lambda r: r["diff"]))}'
         )
+    late = _late_table(run)
     return Section(
-        [Table('', t, paper_rows('table2', 'model', PAPER_MODELS_ROWS), err=experts_errors(run))],
+        [Table('', t, paper_rows('table2', 'model', PAPER_MODELS_ROWS), err=experts_errors(run))]
+        + ([late] if late else []),
         claims=[
             claim(all_verdict(parts), 'each expert is the best model on its own domain: ' + '; '.join(lines) + '.')
         ],
