@@ -6,7 +6,6 @@ Docs: https://darts-nb.github.io/darts_nb/experiments.html.md"""
 
 # %% ../nbs/21_experiments.ipynb #5f5b8315
 from __future__ import annotations
-import json
 import sys
 import time
 from .core import write_json
@@ -14,7 +13,7 @@ from fastcore.meta import delegates
 from .options import RunOptions
 from .runs import Run, make_run
 from .cost import memory_plan
-from .report import Experiment, Section, write_report
+from .report import Experiment, Section, TIMINGS, read_timings, write_report
 from . import paper, ablations, premises, control, diagnosis_record, routing_record, replication
 
 # %% auto #0
@@ -88,8 +87,8 @@ def _report_anyway(run: Run) -> None:
 # %% ../nbs/21_experiments.ipynb #9b652cc7
 def _run_records(run: Run, only: list[str] | None) -> None:
     "Run the records (all, or `only`) in registry order, timing each and printing its tables and claims."
-    tpath, figs = run.dir / 'timings.json', run.dir / 'figures'
-    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    tpath, figs = run.dir / TIMINGS, run.dir / 'figures'
+    timings = read_timings(run)
     for n, exp in EXPERIMENTS.items():
         if only is not None and n not in only:
             continue

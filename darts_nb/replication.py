@@ -19,11 +19,11 @@ from .stages import best_merges
 from .runs import run_dir
 from .results import arm_key, items_frame
 from .stats import verdict, interval_text
-from .report import Experiment, Section, Table, claim, ci
+from .report import Experiment, Section, Table, claim, ci, read_timings
 from . import paper, premises
 
 # %% auto #0
-__all__ = ['REPLICA_STAGES', 'REPLICATED', 'REPLICA_RECORDS', 'REPLICATION', 'zoo_bootstrap', 'recipe_of', 'replica_names',
+__all__ = ['REPLICA_RECORDS', 'REPLICA_STAGES', 'REPLICATED', 'REPLICATION', 'zoo_bootstrap', 'recipe_of', 'replica_names',
            'replica_runs', 'exp_replication', 'arm_strata', 'main_strata', 'placement_strata', 'replication_table',
            'domain_table', 'existing_replicas', 'replica_cost_s']
 
@@ -106,7 +106,8 @@ def _loss_arms(run: Run) -> None:
     arms_over(run, ['ta-0.5'], [STANDARD_L1, STANDARD_EWL1], desc=f'replication {run.name}: loss')
 
 # %% ../nbs/20c_replication.ipynb #0f1fee65
-REPLICA_STAGES = (paper.SWEEP.run, paper.MAIN.run, premises.PLACEMENT.run, _loss_arms)  # what the claims read
+REPLICA_RECORDS = (paper.SWEEP, paper.MAIN, premises.PLACEMENT)  # the records a replica repeats whole
+REPLICA_STAGES = tuple(e.run for e in REPLICA_RECORDS) + (_loss_arms,)  # what the claims read
 
 # %% ../nbs/20c_replication.ipynb #6ee7e037
 def exp_replication(
@@ -276,22 +277,18 @@ def _replication_section(run: Run, figs: Path) -> Section | None:
     return sec
 
 # %% ../nbs/20c_replication.ipynb #72eea5119410473aa328ad9291626812
-REPLICA_RECORDS = ('sweep', 'main', 'placement')  # the records of `REPLICA_STAGES` whose wall time `timings.json` holds
-
-
 def replica_cost_s(
     run: Run,  # a run of a real world (its experts carry their training time)
 ) -> float | None:
     "At least how many seconds one more replica would take here: its experts' training and the records it repeats."
-    tpath = run.dir / 'timings.json'
-    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    timings = read_timings(run)
     experts = [Path(p) / 'zoo.json' for p in run.profile.experts.values()]
-    if not all(p.exists() for p in experts) or not all(n in timings for n in REPLICA_RECORDS):
+    if not all(p.exists() for p in experts) or not all(e.name in timings for e in REPLICA_RECORDS):
         return None
     trained = [json.loads(p.read_text()).get('seconds') for p in experts]
     if None in trained:
         return None
-    return float(sum(trained) + sum(timings[n] for n in REPLICA_RECORDS))
+    return float(sum(trained) + sum(timings[e.name] for e in REPLICA_RECORDS))
 
 # %% ../nbs/20c_replication.ipynb #10185d26023b46108eb7d9f57d49d2b3
 def _one_seed_line(run: Run) -> str:

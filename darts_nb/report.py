@@ -23,8 +23,8 @@ from .stages import sweep_grid, sweep_basis
 from .store import StoreError, check_writable
 
 # %% auto #0
-__all__ = ['PAPER_COLUMNS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
-           'render_section', 'config_lines', 'unjudged_lines', 'write_report']
+__all__ = ['PAPER_COLUMNS', 'TIMINGS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
+           'render_section', 'read_timings', 'config_lines', 'unjudged_lines', 'write_report']
 
 # %% ../nbs/17_report.ipynb #5ab9b20d
 def _fmt(v, digits: int = 1) -> str:
@@ -213,14 +213,24 @@ def _engine_text(
             pass
     return f"vLLM ({', '.join(builds) or 'not installed'}), engine `vllm`: lm-eval's requests, vLLM's generation"
 
+# %% ../nbs/17_report.ipynb #8eed32d7
+TIMINGS = 'timings.json'  # in the run's folder: record name -> seconds of its last pass
+
+
+def read_timings(
+    run: Run,  # the run
+) -> dict:
+    "Record name -> wall time (s) of its last pass in this run, from `TIMINGS`; empty before any record ended."
+    path = run.dir / TIMINGS
+    return json.loads(path.read_text()) if path.exists() else {}
+
 # %% ../nbs/17_report.ipynb #f41b2016
 def config_lines(
     run: Run,  # the run
     names: list[str],  # the experiments, in report order (for the timings)
 ) -> list[str]:
     "The report's configuration section."
-    tpath = run.dir / 'timings.json'
-    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    timings = read_timings(run)
     dev = run.options.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     merges = list(sweep_grid(run))
     sweep = (

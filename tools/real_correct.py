@@ -32,8 +32,9 @@ from darts_nb.core import darts_home
 from darts_nb.domains import DOMAINS, GEN_TOKENS, load_split
 from darts_nb.hooks import surgery
 from darts_nb.merge import run_merges, sweep_configs
-from darts_nb.profiles import get_profile
+from darts_nb.profiles import Profile, get_profile
 from darts_nb.surgery_files import load_surgery
+from darts_nb.zoo import generate_completions
 
 DARTS = str(Path(sys.executable).with_name('darts'))
 
@@ -65,9 +66,8 @@ def done(t0: float) -> None:
     print(f'   ({time.time() - t0:.0f} s)', flush=True)
 
 
-def make_merge(world: str, merge: str, out: Path) -> Path:
+def make_merge(profile: Profile, merge: str, out: Path) -> Path:
     "The merge `merge` of the world's sweep, made once into out/merges/merge (absolute paths for mergekit)."
-    profile = get_profile(world)
     configs = sweep_configs(Path(profile.base).resolve(), {d: Path(p).resolve() for d, p in profile.experts.items()})
     if merge not in configs:
         raise SystemExit(
@@ -78,9 +78,8 @@ def make_merge(world: str, merge: str, out: Path) -> Path:
     return out / 'merges' / merge
 
 
-def run_correct(merged: Path, world: str, args, out: Path) -> Path:
+def run_correct(merged: Path, profile: Profile, args, out: Path) -> Path:
     "`darts correct` on the merge, as a user types it: its output folder."
-    profile = get_profile(world)
     folder = out / 'correct'
     cmd = [DARTS, 'correct', '--merged', str(merged), '--out', str(folder), '--export', '--engine', args.engine]
     cmd += ['--expert', *[f'{d}={Path(p).resolve()}' for d, p in profile.experts.items()]]
@@ -109,14 +108,8 @@ def answers_alone(export: Path, prompts: list[str], out: Path) -> list[str]:
 def answers_attached(merged: Path, module: Path, prompts: list[str]) -> list[str]:
     "Greedy answers of the merge with the module attached by darts_nb (`hooks.surgery`)."
     model, tok = load_model(merged, device='cpu')
-    m = load_surgery(module)
-    out = []
-    for p in prompts:
-        ids = tok(p, return_tensors='pt')
-        with torch.no_grad(), surgery(model, m):
-            g = model.generate(**ids, max_new_tokens=GEN_TOKENS['math'], do_sample=False)
-        out.append(tok.decode(g[0, ids['input_ids'].shape[1] :], skip_special_tokens=True))
-    return out
+    with torch.no_grad(), surgery(model, load_surgery(module)):
+        return generate_completions(model, tok, prompts, max_new_tokens=GEN_TOKENS['math'], batch_size=1)
 
 
 def lm_eval_score(merged: Path, module: Path, metric: str, args, out: Path) -> float:
@@ -146,14 +139,15 @@ def main(argv: list[str] | None = None) -> None:
     out = (args.out or darts_home() / f'real-correct-{args.world}').resolve()
     out.mkdir(parents=True, exist_ok=True)
     t = step(f'1. the merge {args.merge} of {args.world}')
-    merged = make_merge(args.world, args.merge, out)
+    profile = get_profile(args.world)
+    merged = make_merge(profile, args.merge, out)
     done(t)
     t = step('2. darts correct on it')
     folder = out / 'correct'
     if (folder / 'tasks.csv').exists():
         print(f'   reusing the finished correction in {folder} (remove it to run darts correct again)')
     else:
-        folder = run_correct(merged, args.world, args, out)
+        folder = run_correct(merged, profile, args, out)
     tasks = pd.read_csv(folder / 'tasks.csv')
     print(tasks.to_string(index=False))
     done(t)
