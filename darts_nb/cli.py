@@ -16,7 +16,13 @@ from .arms import Arm
 from .core import LineLog, check_int, check_number, default_device, in_notebook, quiet_libraries
 from .correct import CorrectOptions
 from .names import DOMAINS, EXPERIMENTS, REAL_MODELS, ZOO_SIZES
-from .options import add_option_flags, check_judge_settings, generation_batch_size, options_from_args
+from darts_nb.options import (
+    Repeatable,
+    add_option_flags,
+    check_judge_settings,
+    generation_batch_size,
+    options_from_args,
+)
 
 # %% auto #0
 __all__ = ['EXAMPLES', 'MERGE_NAME', 'COMMANDS', 'grid_names', 'check_merge_names', 'cmd_zoo', 'cmd_merge', 'surgery_summary',
@@ -116,17 +122,18 @@ def _correct_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         '--merged', required=True, help='the merged checkpoint: a local folder or a hub id in the local cache'
     )
-    c.add_argument('--expert', required=True, nargs='+', metavar='DOMAIN=CHECKPOINT', help='each expert and its domain')
+    each = dict(nargs='+', action=Repeatable)  # `--expert math=A --expert code=B`: both
+    c.add_argument('--expert', required=True, metavar='DOMAIN=CHECKPOINT', help='each expert and its domain', **each)
     c.add_argument(
         '--prompts',
-        nargs='+',
         default=None,
         metavar='[DOMAIN=]SOURCE',
         help='calibration prompts: a .txt (a prompt per line) or .jsonl file, a dataset folder or name, or a built-in '
         'domain; one for every expert, or DOMAIN=SOURCE each (default: the built-in domains)',
+        **each,
     )
     held = 'held-out prompts, one source or DOMAIN=SOURCE each (default: the n_held prompts after the first calib_n)'
-    c.add_argument('--held-out', nargs='+', default=None, metavar='[DOMAIN=]SOURCE', help=held)
+    c.add_argument('--held-out', default=None, metavar='[DOMAIN=]SOURCE', help=held, **each)
     c.add_argument(
         '--out',
         default='darts_correct',
@@ -445,8 +452,11 @@ def cmd_correct(a, ap):
     prompts, held = parse_assignments(a.prompts, '--prompts'), parse_assignments(a.held_out, '--held-out')
     from darts_nb.correct import correct_merge
 
-    correct_merge(a.merged, experts, prompts, held_out=held, out_dir=a.out, options=opts)
+    table = correct_merge(a.merged, experts, prompts, held_out=held, out_dir=a.out, options=opts)
     print(f'written to {a.out}')
+    for d, worse in table.attrs['worse'].items():  # the last words a user reads: a module that hurts is said here
+        fate = 'not saved (--skip-worse)' if opts.skip_worse else f'saved in {Path(a.out) / d}, but do not use it'
+        print(f"darts correct: warning: the {d} module is worse than no module: {'; '.join(worse)}; {fate}")
 
 # %% ../nbs/22_cli.ipynb #510a617b
 COMMANDS = {
@@ -480,6 +490,9 @@ def main(
         if getattr(a, 'device', None):
             default_device(a.device)  # a device this machine lacks: said before any work
         return COMMANDS[a.cmd](a, ap) or 0
+    except KeyboardInterrupt:  # Ctrl-C: what was being written is removed on the way out (atomic writes, leases)
+        print(f'darts {a.cmd}: interrupted: stopped, nothing half-written left', file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, SandboxUnavailable) as err:
         print(f'darts {a.cmd}: error: {err}', file=sys.stderr)
         return 2

@@ -6,10 +6,11 @@ Docs: https://darts-nb.github.io/darts_nb/correct.html.md"""
 
 # %% ../nbs/24_correct.ipynb #da45ed13
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from .core import check_choice, check_int, check_number, atomic_write, moved_name, settings_from
+from .correction_checks import check_model_bounds, check_tasks, same_weights, task_manager, task_pairs
 from .domains import DOMAINS
 from .names import CORRECT_KINDS, ENGINES, LOSSES
 from .options import option, shared_option
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `dart
 
 # %% auto #0
 __all__ = ['CorrectOptions', 'correct_options', 'CorrectionPlan', 'plan_correction', 'train_module', 'held_out_scores',
-           'task_pairs', 'score_tasks', 'task_rows', 'card_scores', 'correction_summary', 'check_out_dir',
+           'worse_than_none', 'score_tasks', 'task_rows', 'card_scores', 'correction_summary', 'Corrections',
            'correct_merge', 'export_all', 'attach_corrections']
 
 # %% ../nbs/24_correct.ipynb #f42c054d
@@ -45,6 +46,9 @@ class CorrectOptions:
     device: str | None = shared_option('device')
     export: bool = option(False, 'also write one corrected checkpoint per expert (DOMAIN-corrected/)')
     diagnose_only: bool = option(False, 'only diagnose the merge: train nothing')
+    skip_worse: bool = option(
+        False, 'do not save a module that is worse than no module on the held-out prompts (agreement or bias)'
+    )
     tasks: tuple = option(
         (), 'lm-eval tasks scored on the merge without and with the module: TASK or DOMAIN=TASK', nargs='+'
     )
@@ -62,9 +66,11 @@ class CorrectOptions:
         check_int(self.seed, 'seed', lo=None)
         check_int(self.eval_limit, 'eval_limit', none=True)
         check_number(self.lr, 'lr', lo=0, lo_open=True)
-        for k in ('export', 'diagnose_only'):
+        for k in ('export', 'diagnose_only', 'skip_worse'):
             if not isinstance(getattr(self, k), bool):
                 raise ValueError(f'{k}: expected True or False, got {getattr(self, k)!r}')
+        if self.export and self.diagnose_only:
+            raise ValueError('export: expected False with diagnose_only=True (a diagnosis trains no module to export)')
         for k in ('field', 'held_out_split', 'include_path', 'device'):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, str) or not v):
@@ -210,6 +216,7 @@ def plan_correction(
             raise ValueError(f"experts: expected domain names of letters, digits, _ . - (a folder name), got {d!r}")
     m = _resolve(merged, 'merged')
     paths = {d: _resolve(ref, f'experts[{d!r}]') for d, ref in experts.items()}
+    check_model_bounds(m, max_len=opts.max_len, rank=opts.rank)
     notes = []
     for d, p in paths.items():
         try:
@@ -221,6 +228,11 @@ def plan_correction(
                 f"experts[{d!r}]: expected a checkpoint whose architecture and vocabulary fit the merge, got "
                 f"{str(experts[d])!r}: {e}"
             ) from None
+        if same_weights(m, p):
+            raise ValueError(
+                f"experts[{d!r}]: expected an expert whose weights differ from the merge's, got {str(experts[d])!r}: "
+                f"every tensor equals the merge's, so there is no drift to correct"
+            )
     if prompts is None:
         if bad := [d for d in experts if d not in DOMAINS]:
             raise ValueError(
@@ -236,6 +248,7 @@ def plan_correction(
         _check_lengths(tok, kept[d], max_len=opts.max_len, arg=f'held_out[{d!r}]')
         if same := len(set(calib[d]) & set(kept[d])):
             notes.append(f"{d}: {same} held-out prompt(s) are also calibration prompts")
+    check_tasks(opts.tasks, list(experts), include_path=opts.include_path)
     refs = {'merged': str(merged), **{d: str(r) for d, r in experts.items()}}
     return CorrectionPlan(
         merged=m, experts=paths, refs=refs, calib=calib, held=kept, sources=sources, options=opts, notes=notes
@@ -295,20 +308,18 @@ def held_out_scores(
         )
     return pd.DataFrame(rows).set_index('bucket')
 
-# %% ../nbs/24_correct.ipynb #9c49f264
-def task_pairs(
-    tasks,  # lm-eval task names: `TASK` (every domain) or `DOMAIN=TASK`
-    domains: list[str],  # the experts' domains
-) -> dict:
-    "Domain -> the task names it is scored on."
-    out = {d: [] for d in domains}
-    for t in tasks:
-        d, eq, name = t.partition('=')
-        if eq and d not in out:
-            raise ValueError(f"tasks: expected TASK or DOMAIN=TASK with a domain of {list(domains)}, got {t!r}")
-        for k in [d] if eq else domains:
-            out[k].append(name if eq else t)
-    return {d: ts for d, ts in out.items() if ts}
+# %% ../nbs/24_correct.ipynb #0fa73b56
+def worse_than_none(
+    scores: pd.DataFrame,  # `held_out_scores`' table
+) -> list[str]:
+    "What the module makes worse than no module on the held-out prompts (all positions), in words; [] when nothing."
+    a = scores.loc['all']
+    worse = []
+    if a.agree_after < a.agree_before:
+        worse.append(f"agreement with the expert falls from {a.agree_before:.1f} % to {a.agree_after:.1f} %")
+    if a.rho_l1 < 0:
+        worse.append(f"the bias grows (rho_L1 {a.rho_l1:+,.0f} %)")
+    return worse
 
 # %% ../nbs/24_correct.ipynb #a186b960
 def _item_scores(
@@ -338,8 +349,6 @@ def score_tasks(
     "Per domain, task and metric: the merge's score without and with the module, paired by item: diff, lo, hi, n."
     import pandas as pd
     from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
-    from darts_nb.evaluate import tasks_dir
     from darts_nb.lm_eval import darts_model_class
     from darts_nb.stats import paired_ci
     from darts_nb.surgery_files import load_surgery
@@ -350,7 +359,7 @@ def score_tasks(
     pairs = task_pairs(tasks, list(modules))
     model, tok = load_model(merged, device=o.device)
     lm = darts_model_class()(pretrained=model, tokenizer=tok, batch_size=o.eval_batch_size, engine=o.engine)
-    tm = TaskManager(include_path=[str(tasks_dir())] + ([o.include_path] if o.include_path else []))
+    tm = task_manager(o.include_path)
     seeds = dict(random_seed=o.seed, numpy_random_seed=o.seed, torch_random_seed=o.seed, fewshot_random_seed=o.seed)
     rows = []
     for d, names in pairs.items():
@@ -434,7 +443,9 @@ def _summary_row(
     )
     if scores is not None:
         a = scores.loc['all']
-        row.update(held_rho_l1=a.rho_l1, held_before=a.agree_before, held_after=a.agree_after, module=str(folder))
+        worse = bool(worse_than_none(scores))
+        row.update(held_rho_l1=a.rho_l1, held_before=a.agree_before, held_after=a.agree_after, worse=worse)
+        row['module'] = None if folder is None else str(folder)  # None: worse than none, not saved (skip_worse)
     return row
 
 # %% ../nbs/24_correct.ipynb #3874bbb8
@@ -447,45 +458,34 @@ def correction_summary(
     text = shown.to_string(float_format=lambda v: f'{v:.3g}')
     return f"{text}\n\n" + '\n'.join(f'- {line}' for line in lines) + '\n'
 
-# %% ../nbs/24_correct.ipynb #746e8c23
-def check_out_dir(
-    out_dir,  # where `correct_merge` writes
-    domains: list[str],  # the experts' domains: out_dir/DOMAIN/ (DOMAIN-corrected/ with export; router/ for 2+)
-    options: CorrectOptions | None = None,  # diagnose_only, export
-) -> Path:
-    "`out_dir`, or a ValueError naming it when a folder it would write holds someone else's files."
-    from darts_nb.core import _refuse_foreign
-    from darts_nb.deploy import _refuse_replace
-    from darts_nb.surgery_files import _own_files
-    from darts_nb.routing import ROUTER_DIR, ROUTER_FILES
+# %% ../nbs/24_correct.ipynb #63ac146a
+def _worse_line(
+    d: str,  # the domain
+    worse: list[str],  # `worse_than_none`'s words
+    skipped: bool,  # the module is not saved (skip_worse)
+) -> str:
+    "The summary's sentence about a module that is worse than no module on its held-out prompts."
+    fate = 'not saved (skip_worse)' if skipped else 'saved, but do not use it'
+    return (
+        f"{d}: WORSE THAN NO MODULE on the held-out prompts: {'; '.join(worse)}. The module is {fate}: lower lr, give "
+        f"more or more typical calibration prompts, or check that the expert is the merge's {d} expert"
+    )
 
-    o, out = options or CorrectOptions(), Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir: expected a folder, got {str(out)!r} (a file)")
-    routed = not o.diagnose_only and len(domains) >= 2  # a router goes to out_dir/router/
-    if routed and ROUTER_DIR in domains:
-        raise ValueError(
-            f"experts: the domain name {ROUTER_DIR!r} is the router's folder (out_dir/{ROUTER_DIR}/) when two experts "
-            f"or more are corrected; expected another name for that expert"
-        )
-    try:
-        for d in [] if o.diagnose_only else domains:
-            _refuse_foreign(out / d, _own_files(out / d), 'surgery module')
-            if o.export:
-                _refuse_replace(out / f'{d}-corrected')
-        if routed:
-            _refuse_foreign(out / ROUTER_DIR, ROUTER_FILES, 'router')
-    except OSError as e:
-        raise ValueError(
-            f"out_dir: expected a new folder or an earlier output of darts correct, got {str(out)!r}: {e}"
-        ) from None
-    return out
+# %% ../nbs/24_correct.ipynb #391f7c3d
+@dataclass
+class Corrections:
+    "What `correct_merge` found and trained, per expert: diagnoses, modules, held-out scores; and its sentences."
+
+    diags: dict = field(default_factory=dict)  # domain -> its diagnosis (`triage.diagnose_pair`)
+    modules: dict = field(default_factory=dict)  # domain -> its trained module (none with diagnose_only)
+    held: dict = field(default_factory=dict)  # domain -> its module's `held_out_scores`
+    lines: list = field(default_factory=list)  # the summary's sentences
 
 # %% ../nbs/24_correct.ipynb #5ccf37f5
 def _correct_experts(
     plan: CorrectionPlan,  # the plan (`plan_correction`)
     progress: bool,  # progress bars
-) -> tuple[dict, dict, dict, list]:
+) -> Corrections:
     "Per expert: its diagnosis, its trained module and held-out scores (none with diagnose_only); then the sentences."
     from darts_nb.core import default_device
     from darts_nb.cache import CacheSettings, get_or_build_cache
@@ -505,29 +505,38 @@ def _correct_experts(
             modules[d] = train_module(cache, o, expert_head=eh, progress=progress)
             c = get_or_build_cache(plan.merged, expert, plan.held[d], settings=cs, device=dev, progress=progress)
             held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
-    return diags, modules, held, lines
+            if worse := worse_than_none(held[d]):
+                lines.append(_worse_line(d, worse, skipped=o.skip_worse))
+    return Corrections(diags=diags, modules=modules, held=held, lines=lines)
 
 # %% ../nbs/24_correct.ipynb #8813a662
 def _save_modules(
     plan: CorrectionPlan,  # the plan (`plan_correction`)
-    out: Path,  # the output folder: each module goes to DOMAIN/
-    diags: dict,  # domain -> its diagnosis (`diagnose_pair`)
-    modules: dict,  # domain -> its trained module (none with diagnose_only)
-    held: dict,  # domain -> its module's `held_out_scores`
+    out: Path,  # the folder being written (a temporary): each module goes to DOMAIN/
+    found: Corrections,  # what was found and trained (a module worse than none is removed from it with skip_worse)
     tasks: pd.DataFrame | None,  # `score_tasks`' table (None: none scored)
+    final: Path,  # where the output will be: the table's module folders
 ) -> pd.DataFrame:
-    "Each trained module saved in its folder with its card; the summary table, a row per expert."
+    "Each trained module saved in its folder with its card and provenance (kept as its `meta`); the summary table."
     import pandas as pd
     from darts_nb.surgery_files import save_surgery
 
     o, rows = plan.options, []
+    diags, modules, held = found.diags, found.modules, found.held
     for d in plan.experts:
         folder = None
+        if d in modules and o.skip_worse and worse_than_none(held[d]):
+            del modules[d]  # said in the summary (`_worse_line`): nothing of it is saved, exported or routed
         if d in modules:
+            worse = worse_than_none(held[d])
+            verdict = f"WORSE THAN NO MODULE: {'; '.join(worse)}" if worse else 'better than no module (or equal)'
+            scores = {**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}
+            scores['held-out verdict'] = verdict
             meta = dict(merged_model=plan.refs['merged'], expert=plan.refs[d], domain=d, loss=o.loss, seed=o.seed)
-            card = dict(sorted({**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}.items()))
-            rho = _num(held[d].loc['all', 'rho_l1'] / 100)
-            folder = save_surgery(modules[d], out / d, rho_l1=rho, scores=card, **meta)
+            meta.update(rho_l1=_num(held[d].loc['all', 'rho_l1'] / 100), scores=dict(sorted(scores.items())))
+            save_surgery(modules[d], out / d, **meta)
+            modules[d].meta = meta  # the export's card and config carry them too (`export_all`)
+            folder = final / d
         rows.append(_summary_row(d, diags[d], scores=held.get(d), folder=folder))
     return pd.DataFrame(rows)
 
@@ -553,46 +562,65 @@ def _write_router(
         f"fall back to no module"
     )
 
+# %% ../nbs/24_correct.ipynb #d626390a
+def _write_correction(
+    plan: CorrectionPlan,  # the plan (`plan_correction`)
+    tmp: Path,  # the folder to write everything into (it becomes `final` once all is written)
+    final: Path,  # the output folder
+    progress: bool,  # progress bars
+) -> pd.DataFrame:
+    "Diagnose, train, check, score, save, route, plot, summarise and export into `tmp`: the summary table."
+    from darts_nb.triage import plot_diagnosis
+
+    o = plan.options
+    found = _correct_experts(plan, progress=progress)
+    modules, held, lines = found.modules, found.held, found.lines
+    tasks = None
+    if o.tasks and not modules:
+        lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
+    if o.tasks and modules:
+        tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
+        atomic_write(tmp / 'tasks.csv', tasks.to_csv(index=False))
+    table = _save_modules(plan, tmp, found=found, tasks=tasks, final=final)
+    if len(modules) >= 2:  # a router picks among them per request (`routing`)
+        lines.append(_write_router(plan, list(modules), tmp))
+    plot_diagnosis(found.diags, tmp / 'diagnosis.png')
+    summary = correction_summary(table, lines) + ('' if tasks is None else '\n' + tasks.to_string(index=False) + '\n')
+    atomic_write(tmp / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")
+    if o.export and modules:
+        export_all(plan, modules, tmp)
+    worse = {d: worse_than_none(held[d]) for d in held if worse_than_none(held[d])}
+    table.attrs.update(diagnosis=found.diags, lines=lines, plan=plan, tasks=tasks, summary=summary, worse=worse)
+    return table
+
 # %% ../nbs/24_correct.ipynb #2e09598e
 def correct_merge(
     merged,  # the merged checkpoint: a local folder or a hub id in the local cache
     experts: dict,  # domain -> the expert's checkpoint (a local folder or a hub id)
     prompts=None,  # one source for every expert or domain -> source (`read_prompts`); None: the built-in domains
     held_out=None,  # held-out prompts: one source or domain -> source (None: see `plan_correction`)
-    out_dir='darts_correct',  # where the module folders, the router (2+ modules), the figure and the summary go
+    out_dir='darts_correct',  # new, empty, or an earlier output of darts correct: replaced as a whole on success
     **kw,  # progress (True: progress bars and the printed summary), options (a CorrectOptions), its fields by keyword
 ) -> pd.DataFrame:
     "Diagnose the merge against each expert, train and check one module per expert, save them: the summary table."
-    from darts_nb.triage import plot_diagnosis
+    from darts_nb.correction_folder import check_out_dir, writing_out_dir
 
     progress = kw.pop('progress', True)
     plan = plan_correction(merged, experts, prompts, held_out=held_out, **kw)  # `options=` and the fields, checked
     o, out = plan.options, Path(out_dir)
     check_out_dir(out, list(plan.experts), options=o)
-    diags, modules, held, lines = _correct_experts(plan, progress=progress)
-    tasks = None
-    if o.tasks and not modules:
-        lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
-    if o.tasks and modules:
-        tasks = score_tasks(plan.merged, modules, o.tasks, options=o)
-        atomic_write(out / 'tasks.csv', tasks.to_csv(index=False))
-    table = _save_modules(plan, out, diags=diags, modules=modules, held=held, tasks=tasks)
-    if len(modules) >= 2:  # a router picks among them per request (`routing`)
-        lines.append(_write_router(plan, list(modules), out))
-    plot_diagnosis(diags, out / 'diagnosis.png')
-    summary = correction_summary(table, lines) + ('' if tasks is None else '\n' + tasks.to_string(index=False) + '\n')
-    atomic_write(out / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")
+    inputs = dict(merged=plan.refs['merged'], experts={d: plan.refs[d] for d in plan.experts}, options=asdict(o))
+    with writing_out_dir(out, inputs) as tmp:  # the whole output, or nothing: see `correction_folder`
+        table = _write_correction(plan, tmp, final=out, progress=progress)
     if progress:
-        print(summary)
-    if o.export and modules:
-        export_all(plan, modules, out)
-    table.attrs.update(diagnosis=diags, lines=lines, out_dir=str(out), plan=plan, tasks=tasks)
+        print(table.attrs['summary'])
+    table.attrs['out_dir'] = str(out)
     return table
 
 # %% ../nbs/24_correct.ipynb #06539aac
 def export_all(
     plan: CorrectionPlan,  # the plan (`plan_correction`)
-    modules: dict,  # domain -> trained module
+    modules: dict,  # domain -> trained module (its `meta`, from `correct_merge`, goes into the export's card)
     out: Path,  # the output folder: each checkpoint goes to DOMAIN-corrected/
 ) -> list[Path]:
     "One corrected checkpoint per expert (`deploy.export_corrected`), the merge loaded once."
@@ -631,6 +659,7 @@ def attach_corrections(
 # those modules can build on this one without an import cycle.
 _MOVED = {
     **dict.fromkeys(['read_prompts', 'parse_assignments'], 'darts_nb.prompts'),
+    'check_out_dir': 'darts_nb.correction_folder',
     **dict.fromkeys(
         [
             'checkpoint_tensors',

@@ -305,30 +305,32 @@ def _tree(
 
 # %% ../nbs/04c_deploy.ipynb #23b6b095
 def _refuse_replace(
-    out: Path,  # the folder an export is about to replace
+    out: Path,  # the folder a write is about to replace as a whole
+    listing: str = EXPORT_LIST,  # the file in `out` that lists what the earlier write put there
+    what: str = 'export',  # what writes `out`, for messages
 ) -> None:
-    "Nothing, or the error saying why `out` is not an earlier export holding only what that export wrote."
-    refuse_link_or_file(out, 'out_dir', expected='a checkpoint folder', instead='export to')
+    "Nothing, or the error saying why `out` is not an earlier `what` holding only what that write put there."
+    refuse_link_or_file(out, 'out_dir', expected=f'the folder of an {what}', instead='write to')
     held = sorted(os.listdir(out)) if out.is_dir() else []
     if not held:
         return
     try:
-        wrote = json.loads(_read_at(None, str(out / EXPORT_LIST), 2**24) or b'null')
+        wrote = json.loads(_read_at(None, str(out / listing), 2**24) or b'null')
     except (OSError, ValueError):
         wrote = None
     wrote = wrote.get('files') if isinstance(wrote, dict) else None
     if not isinstance(wrote, dict):
         raise FileExistsError(
-            f"out_dir={str(out)!r}: holds {held[:8]} and is not an earlier export (it has no {EXPORT_LIST}); refusing "
-            f"to replace it (that would delete them): export into a new or empty folder"
+            f"out_dir={str(out)!r}: holds {held[:8]} and is not an earlier {what} (it has no {listing}); refusing "
+            f"to replace it (that would delete them): write into a new or empty folder"
         )
     now = _tree(out)
-    now.pop(EXPORT_LIST, None)
+    now.pop(listing, None)
     changed = sorted(k for k, v in now.items() if wrote.get(k) != (list(v) if isinstance(v, list) else v))
     if changed:
         raise FileExistsError(
-            f"out_dir={str(out)!r}: an earlier export, but {changed[:8]} were added or changed since it was written; "
-            f"refusing to replace it (that would delete them): move them away, or export into a new folder"
+            f"out_dir={str(out)!r}: an earlier {what}, but {changed[:8]} were added or changed since it was written; "
+            f"refusing to replace it (that would delete them): move them away, or write into a new folder"
         )
 
 # %% ../nbs/04c_deploy.ipynb #7b8422d0

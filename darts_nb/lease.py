@@ -6,6 +6,7 @@ Docs: https://darts-nb.github.io/darts_nb/lease.html.md"""
 
 # %% ../nbs/00a_lease.ipynb #1e45a003
 from __future__ import annotations
+import glob
 import json
 import os
 import socket
@@ -160,10 +161,12 @@ def is_stale(
 def clean_stale(
     folder: str | Path,  # a folder whose temporaries (`.NAME.tmp-*`) to judge
     ttl: float | None = None,  # seconds without a heartbeat, >= MIN_TTL (None: `lease_ttl()`)
+    of: str | None = None,  # only the temporaries of this name (`.NAME.tmp-*`); None: every temporary in `folder`
 ) -> list[Path]:
     "Remove the abandoned temporaries in `folder`, their leases, and stale leases left alone; returns what went."
     ttl = lease_ttl() if ttl is None else _check_ttl(ttl, 'ttl')  # before anything is judged
-    gone, found = [], sorted(Path(folder).glob('.*.tmp-*'))
+    pattern = '.*.tmp-*' if of is None else f'.{glob.escape(of)}.tmp-*'
+    gone, found = [], sorted(Path(folder).glob(pattern))
     for t in (t for t in found if not t.name.endswith('.lease')):
         if not is_stale(t, ttl):
             continue

@@ -16,7 +16,7 @@ from .names import ENGINES, EXECUTORS, LOSSES, SURGERY_KINDS
 # %% auto #0
 __all__ = ['SHARED', 'MAX_NAME', 'PROFILE_HELP', 'MAX_CLUSTER_WORKERS', 'JUDGE_KEYS', 'option', 'device_arg', 'batch_size_arg',
            'generation_batch_size', 'shared_option', 'check_run_name', 'check_shared_dir', 'max_workers', 'RunOptions',
-           'run_options', 'add_option_flags', 'options_from_args', 'check_judge_settings']
+           'run_options', 'Repeatable', 'add_option_flags', 'options_from_args', 'check_judge_settings']
 
 # %% ../nbs/15_options.ipynb #578be8c4
 def option(
@@ -237,6 +237,16 @@ def run_options(
         return replace(profile, **kwargs)
     return RunOptions(profile=profile, **kwargs)
 
+# %% ../nbs/15_options.ipynb #19a6010f
+class Repeatable(argparse.Action):
+    "A flag of several values (nargs='+') that may be given more than once: every use's values, in order."
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = f'_{self.dest}_given'  # the default is replaced by the first use, extended by the next ones
+        earlier = list(getattr(namespace, self.dest)) if getattr(namespace, seen, False) else []
+        setattr(namespace, self.dest, earlier + list(values))
+        setattr(namespace, seen, True)
+
 # %% ../nbs/15_options.ipynb #522d8104
 def add_option_flags(
     parser: argparse.ArgumentParser,  # a parser or sub-command parser
@@ -255,6 +265,8 @@ def add_option_flags(
             kw = dict(action='store_false' if f.default else 'store_true')
         else:
             kw = meta['argparse']
+        if kw.get('nargs') in ('+', '*'):
+            kw = dict(kw, action=Repeatable)  # `--tasks a --tasks b`: both, not the last one only
         parser.add_argument(flag, dest=f.name, default=f.default, help=text, **kw)
         for alias in meta.get('aliases', ()):  # parsed into the same field; shown nowhere
             parser.add_argument(alias, dest=f.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)

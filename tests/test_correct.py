@@ -5,6 +5,7 @@ command runs end to end from a JSONL file and from local dataset folders, the di
 folders that `SurgeryModule.from_pretrained` loads."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import transformers
 from darts_nb.core import darts_home, tiny_llama
-from darts_nb.correct import correct_merge, plan_correction, read_prompts
+from darts_nb.correct import correct_merge, read_prompts
 from darts_nb.merge import run_merges, ta_config
 from darts_nb.surgery import SurgeryModule
 from test_bad_inputs_cli import run_main
@@ -64,6 +65,14 @@ def bad(zoo, texts, tmp_path_factory):
     (tmp / 'blank.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts[:11] + ['  ']))
     (tmp / 'mine' / 'math').mkdir(parents=True)
     (tmp / 'mine' / 'math' / 'notes.txt').write_text('my notes')
+    (tmp / 'theirs').mkdir()  # a folder of the user's: their summary and figure, where darts correct writes its own
+    (tmp / 'theirs' / 'summary.md').write_text('my summary')
+    (tmp / 'theirs' / 'diagnosis.png').write_bytes(b'my figure')
+    if os.geteuid() == 0:  # root writes through permissions: a folder of the kernel's that nobody may write in
+        (tmp / 'read-only').symlink_to('/sys')
+    else:
+        (tmp / 'read-only').mkdir()
+        (tmp / 'read-only').chmod(0o555)
     (tmp / 'p.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts))
     import datasets
 
@@ -180,6 +189,61 @@ def cases(zoo, merged, bad):
                 ['--rank', '0'],
                 'rank: expected an integer >= 1, got 0',
             ),
+            # issue 38: refused only after the caches and the training, or never, before
+            (
+                'the merge given as its own expert',
+                dict(experts={'math': merged}),
+                ['--expert', f'math={merged}'],
+                "experts['math']: expected an expert whose weights differ from the merge's",
+            ),
+            (
+                "a max_len past the merge's context (a position table of 10^8 rows)",
+                dict(max_len=10**8),
+                ['--max-len', '100000000'],
+                "max_len: expected at most the merge's context length (max_position_embeddings=1024), got 100000000",
+            ),
+            (
+                "a rank past the merge's hidden size",
+                dict(rank=100000),
+                ['--rank', '100000'],
+                "rank: expected at most the merge's hidden size 64 (the module's bottleneck), got 100000",
+            ),
+            (
+                'a mistyped lm-eval task',
+                dict(tasks=['darts_mth']),
+                ['--tasks', 'darts_mth'],
+                "tasks: expected lm-eval task names (the package's, lm-eval's or include_path's), got 'darts_mth'",
+            ),
+            (
+                "an expert named as another expert's export",
+                dict(
+                    experts={'math': math, 'math-corrected': code},
+                    export=True,
+                    prompts=bad / 'p.jsonl',
+                    field='question',
+                ),
+                ['--expert', f'math={math}', f'math-corrected={code}', '--export', '--prompts', str(bad / 'p.jsonl')]
+                + ['--field', 'question'],
+                "experts: the domain name 'math-corrected' is the export of the expert 'math'",
+            ),
+            (
+                'an export asked of a diagnosis, which trains nothing',
+                dict(export=True, diagnose_only=True),
+                ['--export', '--diagnose-only'],
+                'export: expected False with diagnose_only=True',
+            ),
+            (
+                "an output folder holding the user's own summary and figure",
+                dict(out_dir=bad / 'theirs'),
+                ['--out', str(bad / 'theirs')],
+                "holds ['diagnosis.png', 'summary.md'] and is not an earlier output of darts correct",
+            ),
+            (
+                'an output folder this user cannot write',
+                dict(out_dir=bad / 'read-only' / 'out'),
+                ['--out', str(bad / 'read-only' / 'out')],
+                'out_dir: expected a folder this user can write, got',
+            ),
         ],
         small,
         cli_small,
@@ -196,19 +260,19 @@ def no_model(monkeypatch):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, 'from_pretrained', refuse)
 
 
-def test_bad_inputs(zoo, merged, bad, no_model):
+def test_bad_inputs(zoo, merged, bad, no_model, tmp_path):
     "Each bad input: a ValueError / FileNotFoundError naming it from the library, and exit 2 with one line at the CLI."
     table, small, cli_small = cases(zoo, merged, bad)
     for what, kw, argv, words in table:
         base = dict(merged=merged, experts={'math': zoo / 'math'}, **small)
         if kw is not None:
             with pytest.raises((ValueError, FileNotFoundError), match='.') as e:
-                if 'out_dir' in kw:  # checked by correct_merge, still before any model loads
-                    correct_merge(**base, **kw, progress=False)
-                plan_correction(**{**base, **kw})
+                # the plan's checks, then the output folder's: all before any model loads (`no_model`)
+                correct_merge(**{**base, 'out_dir': tmp_path / 'out', **kw}, progress=False)
                 pytest.fail(f'not refused: {what}')
             assert words in str(e.value), (what, str(e.value))
-        line = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", *cli_small, *argv]
+        expert = [] if '--expert' in argv else ['--expert', f"math={zoo / 'math'}"]
+        line = ['correct', '--merged', str(merged), *expert, *cli_small, '--out', str(tmp_path / 'out'), *argv]
         code, out, err = run_main(line)
         assert code == 2, (what, code, err)
         lines = err.strip().splitlines()
@@ -216,6 +280,9 @@ def test_bad_inputs(zoo, merged, bad, no_model):
         assert lines[0].startswith('darts correct: error: '), (what, err)
         assert words in lines[0], (what, err)
     assert (bad / 'mine' / 'math' / 'notes.txt').read_text() == 'my notes'
+    assert (bad / 'theirs' / 'summary.md').read_text() == 'my summary'
+    assert (bad / 'theirs' / 'diagnosis.png').read_bytes() == b'my figure'
+    assert not (tmp_path / 'out').exists()
 
 
 def test_console_script_refuses_at_once(zoo, bad):
@@ -284,6 +351,15 @@ def test_command_from_local_datasets(zoo, merged, texts, tmp_path):
     assert exported['auto_map'] == {'AutoModelForCausalLM': 'modeling_darts.DartsForCausalLM'}, exported
     same = (out / 'math-corrected' / 'darts_surgery' / 'surgery_model.safetensors').read_bytes()
     assert same == (out / 'math' / 'surgery_model.safetensors').read_bytes()  # the module checked is the one built in
+    # issue 38: the export carries the module's provenance and scores, in its card and its config
+    exported_card = (out / 'math-corrected' / 'README.md').read_text()
+    assert 'with its DARTS module for math built in' in exported_card, exported_card
+    assert 'not recorded' not in exported_card and '(none recorded)' not in exported_card, exported_card
+    assert 'held-out agreement with the expert (%), all positions' in exported_card, exported_card
+    built_in = json.loads((out / 'math-corrected' / 'darts_surgery' / 'surgery_config.json').read_text())
+    module_cfg = json.loads((out / 'math' / 'surgery_config.json').read_text())
+    for k in ('domain', 'expert', 'merged_model', 'loss', 'seed', 'rho_l1', 'scores'):
+        assert built_in[k] == module_cfg[k] not in (None, '', {}), (k, built_in.get(k), module_cfg.get(k))
     assert (
         f"calibration: held out | the first 4 prompts of dataset {tmp_path / 'saved'} (split test, field text)" in card
     ), card
@@ -301,7 +377,7 @@ def test_diagnose_only(zoo, merged, tmp_path):
     argv = ['correct', '--merged', str(merged), '--expert', f"math={zoo / 'math'}", '--diagnose-only']
     code, said, err = run_main(argv + ['--n-calib', '8', '--out', str(out)])
     assert code == 0, err[-2000:]
-    assert sorted(p.name for p in out.iterdir()) == ['diagnosis.png', 'summary.md']
+    assert sorted(p.name for p in out.iterdir()) == ['darts_correct.json', 'diagnosis.png', 'summary.md']
     summary = (out / 'summary.md').read_text()
     assert 'head_distance' in summary
     assert 'oracle' in summary
