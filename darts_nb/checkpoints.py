@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     import torch
 
 # %% auto #0
-__all__ = ['ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'load_model', 'tensor_shapes', 'check_vocab', 'check_compatible']
+__all__ = ['ARCH_FIELDS', 'NOTE_FIELDS', 'VOCAB_TENSORS', 'load_model', 'checkpoint_weight_files', 'tensor_shapes', 'check_vocab',
+           'check_compatible']
 
 # %% ../nbs/03a_checkpoints.ipynb #13bf59c6
 def load_model(
@@ -43,6 +44,35 @@ def load_model(
     tok.padding_side = 'left'
     return model.to(dev).eval(), tok
 
+# %% ../nbs/03a_checkpoints.ipynb #ed7cbd96
+def checkpoint_weight_files(
+    path: str | Path,  # a checkpoint directory
+) -> list[Path]:
+    "The checkpoint's safetensors files, else its PyTorch `pytorch_model*.bin` files (sorted; [] without weights)."
+    p = Path(path)
+    return sorted(p.glob('*.safetensors')) or sorted(p.glob('pytorch_model*.bin'))
+
+# %% ../nbs/03a_checkpoints.ipynb #854c5484
+def _bin_tensors(
+    f: Path,  # a PyTorch `pytorch_model*.bin` file
+    device: str = 'meta',  # 'meta': the shapes only (nothing read); 'cpu': the tensors, mapped from the file
+) -> dict:
+    "Name -> tensor of a PyTorch weights file, loaded with `weights_only=True` (tensors only, no code)."
+    import zipfile
+    import torch
+
+    mapped = device == 'cpu' and zipfile.is_zipfile(f)  # torch's zip format maps; an old pickle file is read
+    try:
+        sd = torch.load(f, map_location=device, weights_only=True, mmap=mapped)
+    except Exception as e:
+        why = (str(e).strip().splitlines() or [''])[0][:200]  # torch's own message runs over several lines
+        raise ValueError(
+            f"{f}: expected PyTorch weights (a state dict saved by torch.save), got {type(e).__name__}: {why}"
+        ) from None
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"{f}: expected a state dict (tensor name -> tensor), got a {type(sd).__name__}")
+    return sd
+
 # %% ../nbs/03a_checkpoints.ipynb #13bf5903
 ARCH_FIELDS = (
     'model_type',
@@ -64,9 +94,14 @@ VOCAB_TENSORS = ('embed_tokens.weight', 'lm_head.weight')
 def tensor_shapes(
     path: str | Path,  # a checkpoint directory
 ) -> dict[str, tuple]:
-    "Tensor name -> shape from a checkpoint's safetensors headers (no weights read); {} without safetensors."
-    files = sorted(Path(path).glob('*.safetensors'))
-    return {k: tuple(v['shape']) for f in files for k, v in check_safetensors(f).items()}
+    "Tensor name -> shape from a checkpoint's safetensors headers, or its .bin files mapped (no weights read)."
+    out = {}
+    for f in checkpoint_weight_files(path):
+        if f.suffix == '.safetensors':
+            out.update({k: tuple(v['shape']) for k, v in check_safetensors(f).items()})
+        else:
+            out.update({k: tuple(v.shape) for k, v in _bin_tensors(f).items()})
+    return out
 
 # %% ../nbs/03a_checkpoints.ipynb #a3e32009
 def _vocab(path: Path) -> dict | None:

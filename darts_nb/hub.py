@@ -180,6 +180,32 @@ def check_checkpoint_files(
                 )
     return p
 
+# %% ../nbs/02a_hub.ipynb #96aaad30
+def _fetch_advice(
+    missing: list[str],  # the missing hub ids
+    profile: str | None = None,  # the profile whose fetch brings them all (None: any hub ids)
+) -> str:
+    "How to bring the missing ids into the cache: `darts fetch` for a profile's models, `hf download` for any other id."
+    where = f"into this cache ({hub_cache()}; set HF_HUB_CACHE to use another)"
+    if profile is not None:
+        return (
+            f"Run `darts fetch --profile {profile}` on a machine with internet (it downloads them {where}), "
+            "or give local checkpoint directories in a profile YAML"
+        )
+    paper = [m for m in missing if m in PAPER_MODELS.values()]
+    other = [m for m in missing if m not in paper]
+    out = []
+    if paper:
+        out.append(f"`darts fetch --profile llama2-7b` downloads {', '.join(paper)} {where} on a machine with internet")
+    if other:
+        cmds = '; '.join(f"`hf download {m}`" for m in other)
+        out.append(
+            f"download {', '.join(other)} on a machine with internet ({cmds}; `huggingface-cli download` in older "
+            f"huggingface_hub), then copy that machine's hub cache (~/.cache/huggingface/hub) {where}, or give the "
+            "checkpoint's local folder instead"
+        )
+    return '; '.join(out)
+
 # %% ../nbs/02a_hub.ipynb #a7b10c11
 class NotFetched(FileNotFoundError):
     "Models or datasets that are not in the local hub cache."
@@ -187,14 +213,12 @@ class NotFetched(FileNotFoundError):
     def __init__(
         self,
         missing: list[str],  # the missing hub ids (or files)
-        profile: str = 'llama2-7b',  # the profile whose fetch brings them
+        profile: str | None = None,  # the profile whose fetch brings them all (None: any hub ids, advised one by one)
     ):
         self.missing = list(missing)
         super().__init__(
             f"not in the local hub cache ({hub_cache()}): {', '.join(self.missing)}. "
-            f"Run `darts fetch --profile {profile}` "
-            f"on a machine with internet (it downloads them into this cache; set HF_HUB_CACHE to use another), "
-            f"or give local checkpoint directories in a profile YAML"
+            f"{_fetch_advice(self.missing, profile)}"
         )
 
 # %% ../nbs/02a_hub.ipynb #4f6a5dc9
@@ -221,7 +245,7 @@ def _is_checkpoint(p: Path) -> bool:
 # %% ../nbs/02a_hub.ipynb #ba93e080
 def resolve_models(
     refs: dict[str, str | Path],  # role -> local path or hub id
-    profile: str = 'llama2-7b',  # named in the error: the profile `darts fetch` should fetch
+    profile: str | None = None,  # named in the error: the profile `darts fetch` should fetch (None: advice per id)
 ) -> dict[str, Path]:
     "Role -> absolute local checkpoint directory; hub ids from the local cache only (else one `NotFetched`)."
     out, missing = {}, []
@@ -260,7 +284,7 @@ def dataset_file(
     try:
         return Path(hf_hub_download(repo, fname, repo_type='dataset', cache_dir=hub_cache(), local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
-        raise NotFetched([f'{repo} ({fname})']) from None
+        raise NotFetched([f'{repo} ({fname})'], 'llama2-7b') from None
 
 # %% ../nbs/02a_hub.ipynb #081342fc
 def alpaca_reference_path() -> Path:

@@ -13,10 +13,75 @@ from pathlib import Path
 from .core import in_notebook
 
 # %% auto #0
-__all__ = ['HF_MODELS', 'check_model_args', 'darts_model_class', 'register_darts_model', 'main']
+__all__ = ['HF_MODELS', 'DARTS_MODEL_KEYS', 'LOADING_KEYS', 'darts_model_keys', 'tidy_model_args', 'check_darts_keys',
+           'check_model_args', 'darts_model_class', 'register_darts_model', 'main']
 
 # %% ../nbs/12a_lm_eval.ipynb #cb37021a
 HF_MODELS = ('darts', 'hf', 'hf-auto', 'huggingface')  # lm-eval's models whose `pretrained` is a HF checkpoint
+
+# %% ../nbs/12a_lm_eval.ipynb #a28c7390
+DARTS_MODEL_KEYS = ('pretrained', 'surgery', 'engine')  # the `darts` model's own arguments
+# transformers' loading options that lm-eval's HF model passes on to `from_pretrained` (its **kwargs)
+LOADING_KEYS = (
+    'attn_implementation',
+    'device_map',
+    'low_cpu_mem_usage',
+    'quantization_config',
+    'load_in_8bit',
+    'load_in_4bit',
+    'bnb_4bit_compute_dtype',
+    'bnb_4bit_quant_type',
+    'bnb_4bit_use_double_quant',
+    'max_memory',
+    'cache_dir',
+    'local_files_only',
+    'token',
+    'use_safetensors',
+    'variant',
+    'key_mapping',
+    'use_kernels',
+)
+
+
+def darts_model_keys() -> tuple[str, ...]:
+    "The keys `--model darts` takes in --model_args: its own, lm-eval's HF model's (`HFLM`), transformers' loading."
+    import inspect
+    from lm_eval.models.huggingface import HFLM
+
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    hflm = [k for k, p in inspect.signature(HFLM.__init__).parameters.items() if p.kind in kinds and k != 'self']
+    return tuple(dict.fromkeys((*DARTS_MODEL_KEYS, *hflm, *LOADING_KEYS)))
+
+# %% ../nbs/12a_lm_eval.ipynb #06bf5157
+def tidy_model_args(
+    model_args,  # lm-eval's parsed `--model_args` (a dict; anything else is returned as is)
+) -> dict:
+    "The arguments without spaces around keys and text values (`pretrained=X, surgery=Y`); a key given twice refused."
+    if not isinstance(model_args, dict):
+        return model_args
+    out = {}
+    for k, v in model_args.items():
+        key = k.strip() if isinstance(k, str) else k
+        if key in out:
+            raise ValueError(f"--model_args: expected each key once, got {key!r} twice")
+        out[key] = v.strip() if isinstance(v, str) else v
+    return out
+
+# %% ../nbs/12a_lm_eval.ipynb #7512f3de
+def check_darts_keys(
+    model_args: dict,  # the `darts` model's arguments
+) -> None:
+    "A ValueError naming a key the `darts` model does not take, with the closest one and the list of those it takes."
+    import difflib
+
+    keys = darts_model_keys()
+    for k in model_args:
+        if k not in keys:
+            close = difflib.get_close_matches(str(k), keys, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ''
+            raise ValueError(
+                f"--model_args: the darts model takes no key {str(k)!r}{hint}; expected one of {', '.join(keys)}"
+            )
 
 # %% ../nbs/12a_lm_eval.ipynb #18b13bfe
 def check_model_args(
@@ -28,6 +93,8 @@ def check_model_args(
         return None
     from darts_nb.hub import is_hub_id
 
+    if model == 'darts':  # a mistyped key: said before anything loads (lm-eval would pass it on to the model)
+        check_darts_keys(model_args)
     pre, folder = model_args.get('pretrained'), model_args.get('surgery')
     if model == 'darts' and pre is None:
         raise ValueError('pretrained: expected a checkpoint folder or a hub id in --model_args, got none')
@@ -62,7 +129,7 @@ def darts_model_class():
         "A Hugging Face causal LM for lm-eval, corrected by a DARTS surgery module when `surgery` is given."
 
         def __init__(self, pretrained, surgery: str | None = None, engine: str = 'hf', **kwargs):
-            args = dict(pretrained=pretrained, surgery=surgery or None)
+            args = dict(pretrained=pretrained, surgery=surgery or None, **kwargs)
             module = check_model_args('darts', args)  # before the checkpoint loads
             check_engine(engine)
             super().__init__(pretrained=pretrained, **kwargs)
@@ -116,6 +183,8 @@ def main(
     finally:
         sys.argv = old
     try:
+        if hasattr(args, 'model_args'):  # `pretrained=X, surgery=Y`: the spaces dropped
+            args.model_args = tidy_model_args(args.model_args)
         check_model_args(getattr(args, 'model', None), getattr(args, 'model_args', None))  # before anything loads
         _prepare()
         cli.execute(args)

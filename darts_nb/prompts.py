@@ -17,29 +17,48 @@ from .domains import DOMAINS
 # %% auto #0
 __all__ = ['read_prompts', 'parse_assignments']
 
+# %% ../nbs/24a_prompts.ipynb #a990cb98
+def _file_text(
+    p: Path,  # a prompt file
+    arg: str = 'prompts',  # the argument's name, for messages
+) -> str:
+    "The file's text, read as UTF-8 with a leading byte-order mark dropped; else an error naming the file and the byte."
+    data = p.read_bytes()
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        line = data.count(b'\n', 0, e.start) + 1
+        raise ValueError(
+            f"{arg}: expected UTF-8 text in {p}, got byte 0x{data[e.start]:02x} at offset {e.start} (line {line}): "
+            "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 FILE`)"
+        ) from None
+    return text.removeprefix('\ufeff')
+
 # %% ../nbs/24a_prompts.ipynb #6e8be219
 def _text_file(
     p: Path,  # a .txt file
+    arg: str = 'prompts',  # the argument's name, for messages
 ) -> list[str]:
     "The non-blank lines of a text file, one prompt per line."
-    return [line for line in p.read_text(encoding='utf-8').splitlines() if line.strip()]
+    return [line for line in _file_text(p, arg).splitlines() if line.strip()]
 
 # %% ../nbs/24a_prompts.ipynb #f6537672
 def _jsonl_file(
     p: Path,  # a .jsonl file
     field: str | None,  # the field of each record that holds the prompt
+    arg: str = 'prompts',  # the argument's name, for messages
 ) -> list[str]:
     "The `field` of each record of a JSONL file (blank lines skipped); an error naming the line that lacks it."
     if field is None:
         raise ValueError(f"field: expected the JSONL field that holds the prompt (--field), got None for {p}")
     out = []
-    for i, line in enumerate(p.read_text(encoding='utf-8').splitlines(), 1):
+    for i, line in enumerate(_file_text(p, arg).splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"prompts: expected one JSON object per line of {p}, got line {i}: {e}") from None
+            raise ValueError(f"{arg}: expected one JSON object per line of {p}, got line {i}: {e}") from None
         if not isinstance(rec, dict) or field not in rec:
             keys = sorted(rec)[:8] if isinstance(rec, dict) else type(rec).__name__
             raise ValueError(f"field: expected a field of every record of {p}, got {field!r} (line {i} has {keys})")
@@ -135,7 +154,7 @@ def read_prompts(
         if str(source) in DOMAINS and not p.exists():
             texts, what = _built_in(str(source), n or 50, seed=draw.seed, held_out=draw.held_out)
         elif p.is_file() and p.suffix in ('.txt', '.jsonl'):
-            texts = _text_file(p) if p.suffix == '.txt' else _jsonl_file(p, field)
+            texts = _text_file(p, arg) if p.suffix == '.txt' else _jsonl_file(p, field, arg)
             what = f"file {p}" + (f" (field {field})" if p.suffix == '.jsonl' else '')
         elif p.is_file():
             raise ValueError(f"{arg}: expected a .txt file (a prompt per line) or a .jsonl file, got {str(p)!r}")

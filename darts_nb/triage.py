@@ -6,7 +6,6 @@ Docs: https://darts-nb.github.io/darts_nb/triage.html.md"""
 
 # %% ../nbs/24b_triage.ipynb #08239145
 from __future__ import annotations
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the heavy libraries are imported where they are used: `darts --help` stays quick
@@ -19,15 +18,20 @@ __all__ = ['GROWS_P', 'MIN_HEADROOM', 'checkpoint_tensors', 'lm_head_weight', 'h
 
 # %% ../nbs/24b_triage.ipynb #f4f62b02
 def checkpoint_tensors(
-    path,  # a checkpoint folder with safetensors weights
+    path,  # a checkpoint folder: safetensors weights, or PyTorch .bin weights
     want,  # predicate on a tensor's name: the tensors to read
 ) -> dict:
     "Name -> float32 tensor of the checkpoint's tensors whose names `want` accepts (nothing else is read)."
     import torch
     from safetensors import safe_open
+    from darts_nb.checkpoints import checkpoint_weight_files, _bin_tensors
 
     out = {}
-    for f in sorted(Path(path).glob('*.safetensors')):
+    for f in checkpoint_weight_files(path):
+        if f.suffix == '.bin':  # mapped from the file: only the wanted tensors are copied
+            got = {k: v.to(torch.float32, copy=True) for k, v in _bin_tensors(f, 'cpu').items() if want(k)}
+            out.update(got)
+            continue
         with safe_open(str(f), framework='pt') as sf:
             out.update({k: sf.get_tensor(k).to(torch.float32) for k in sf.keys() if want(k)})
     return out
@@ -50,9 +54,13 @@ def lm_head_weight(
     path,  # a checkpoint folder
 ) -> 'torch.Tensor':
     "The checkpoint's V x H LM head (its input embeddings when they are tied), float32, read from its files."
+    from darts_nb.checkpoints import checkpoint_weight_files
+
     got = checkpoint_tensors(path, _is_head)
     if not got:
         got = checkpoint_tensors(path, lambda k: k.endswith('embed_tokens.weight'))
+    if not got and not checkpoint_weight_files(path):
+        raise ValueError(f"{path}: expected a checkpoint with weights (*.safetensors or pytorch_model*.bin), got none")
     if len(got) != 1:
         raise ValueError(
             f"{path}: expected one LM head (lm_head.weight or tied embed_tokens.weight), got {sorted(got)}"
@@ -132,6 +140,16 @@ def diagnose_pair(
         tokens=int(np.asarray(cache.mask.cpu()).sum()),
     )
 
+# %% ../nbs/24b_triage.ipynb #306a0e4a
+def _identical(
+    diag: dict,  # `diagnose_pair`'s result
+    tol: float = 1e-6,  # the largest mean bias at a position that counts as none
+) -> bool:
+    "The merge and the expert agree everywhere: no bias at any position, the same next token always, the same heads."
+    bias = diag['by_position']['bias'].dropna()
+    heads = list(diag['heads'].distance) if len(diag['heads']) else []
+    return bool(diag['agree'] == 1 and len(bias) and float(bias.abs().max()) <= tol and all(h == 0 for h in heads))
+
 # %% ../nbs/24b_triage.ipynb #3d1421be
 def diagnosis_lines(
     diag: dict,  # `diagnose_pair`'s result
@@ -141,6 +159,12 @@ def diagnosis_lines(
     t, who = diag['trend'], f"{domain}: " if domain else ''
     heads = diag['heads'].set_index('part').distance.to_dict() if len(diag['heads']) else {}
     moved = ', '.join(f"{k} {v:.3g}" for k, v in heads.items())
+    if _identical(diag):  # nothing below applies: no trend to judge, no head apart
+        return [
+            f"{who}the merge and the expert are identical on these prompts: the same hidden states (bias 0 at every "
+            f"position) and the same next token at 100% of {diag['tokens']} tokens, LM head and final norm at "
+            "distance 0: there is no bias to correct (is the expert the merge itself?)."
+        ]
     if t['spearman_rho'] != t['spearman_rho']:
         trend = f"{who}too few positions to judge whether the bias grows with position (give longer prompts)."
     elif diag['grows']:
@@ -157,6 +181,11 @@ def diagnosis_lines(
     agree = f"{who}the merge picks the expert's next token at {100 * diag['agree']:.1f}% of {diag['tokens']} tokens"
     if diag['room']:
         room = f"; a perfect hidden-state correction would reach {100 * diag['oracle']:.1f}% (the oracle)."
+    elif diag['oracle'] >= 1 - MIN_HEADROOM or (heads and not any(heads.values())):  # the heads are not the cause
+        room = (
+            f"; a perfect hidden-state correction would reach {100 * diag['oracle']:.1f}% (the oracle), at most "
+            f"{100 * max(diag['oracle'] - diag['agree'], 0):.1f} points more: little is left to correct."
+        )
     else:
         room = (
             f"; even the expert's own hidden state through the merged LM head reaches only {100 * diag['oracle']:.1f}%"
