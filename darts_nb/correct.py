@@ -144,14 +144,21 @@ def _check_lengths(
     max_len: int,  # T_max
     arg: str,  # the argument's name
 ) -> None:
-    "A ValueError naming the first prompt longer than `max_len` tokens."
+    "A ValueError naming the first prompt longer than `max_len` tokens; a huge one is judged on its beginning alone."
     if not texts:
         return
-    for i, ids in enumerate(tokenizer(list(texts))['input_ids']):
-        if len(ids) > max_len:
+    cut = 64 * (max_len + 2)  # characters: a prompt longer than this is first tokenized up to here only
+    heads = tokenizer([t[:cut] for t in texts])['input_ids']
+    for i, (text, ids) in enumerate(zip(texts, heads)):
+        if len(text) > cut and len(ids) > max_len + 1:  # its beginning alone is too long (+1: the token the cut split)
+            got = f"more than {max_len} tokens ({len(ids)} in its first {cut:,} of {len(text):,} characters)"
+        else:
+            n = len(ids) if len(text) <= cut else len(tokenizer(text)['input_ids'])
+            got = f'{n} tokens' if n > max_len else None
+        if got:
             raise ValueError(
-                f"{arg}: expected prompts of at most max_len={max_len} tokens (the module's positions), got "
-                f"{len(ids)} tokens in prompt {i} ({texts[i][:40]!r}...): shorten it or raise max_len"
+                f"{arg}: expected prompts of at most max_len={max_len} tokens (the module's positions), got {got} in "
+                f"prompt {i} ({text[:40]!r}...): shorten it or raise max_len"
             )
 
 # %% ../nbs/24_correct.ipynb #bbc123b3

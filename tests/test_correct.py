@@ -62,6 +62,7 @@ def bad(zoo, texts, tmp_path_factory):
     (tmp / 'empty.txt').write_text('\n\n')
     (tmp / 'short.txt').write_text('\n'.join(lines[:5]) + '\n')
     (tmp / 'long.txt').write_text('\n'.join(lines[:11] + [' '.join(lines)]) + '\n')
+    (tmp / 'huge.txt').write_text('\n'.join(lines[:11] + ['x = 3 + 4 ' * 10**6]) + '\n')  # 10 MB in one prompt
     (tmp / 'blank.jsonl').write_text(''.join(json.dumps(dict(question=t)) + '\n' for t in texts[:11] + ['  ']))
     (tmp / 'mine' / 'math').mkdir(parents=True)
     (tmp / 'mine' / 'math' / 'notes.txt').write_text('my notes')
@@ -190,6 +191,12 @@ def cases(zoo, merged, bad):
                 'rank: expected an integer >= 1, got 0',
             ),
             # issue 38: refused only after the caches and the training, or never, before
+            (
+                'a prompt of 10 MB (tokenized whole, it took 2 GB and 40 s)',
+                dict(prompts=bad / 'huge.txt'),
+                ['--prompts', str(bad / 'huge.txt')],
+                "['math']: expected prompts of at most max_len=512 tokens (the module's positions), got more than 512",
+            ),
             (
                 'the merge given as its own expert',
                 dict(experts={'math': merged}),
