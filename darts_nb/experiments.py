@@ -8,12 +8,12 @@ Docs: https://darts-nb.github.io/darts_nb/experiments.html.md"""
 from __future__ import annotations
 import sys
 import time
-from .core import write_json
+import json
 from fastcore.meta import delegates
 from .options import RunOptions
 from .runs import Run, make_run
 from .cost import memory_plan
-from .report import Experiment, Section, TIMINGS, read_timings, write_report
+from .report import Experiment, Section, TIMINGS, read_timings, write_report, write_derived
 from . import paper, ablations, premises, control, diagnosis_record, routing_record, replication
 
 # %% auto #0
@@ -98,7 +98,7 @@ def _run_records(run: Run, only: list[str] | None) -> None:
         t0 = time.time()
         exp.run(run)
         timings[n] = round(time.time() - t0, 1)
-        write_json(tpath, timings)
+        write_derived(tpath, json.dumps(timings, indent=2, sort_keys=True), "each record's next pass times it again")
         print(f'[{n}] done in {timings[n]:.0f} s')
         sec = exp.section(run, figs) or Section()
         for t in sec.tables:

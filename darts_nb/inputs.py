@@ -7,19 +7,21 @@ Docs: https://darts-nb.github.io/darts_nb/inputs.html.md"""
 # %% ../nbs/15a_inputs.ipynb #1a5e0c03
 from __future__ import annotations
 import difflib
+import hashlib
 import json
 import random
 from pathlib import Path
 import torch
-from .core import stable_hash, path_fingerprint
+from .core import stable_hash, path_fingerprint, darts_home, write_json
 from .domains import DOMAINS, load_split, with_context, training_text, calibration_text, text_spans
 from .benchmarks import paper_split, paper_prompt, paper_reference, paper_items
 from .hub import NotFetched
 from .profiles import Profile
 
 # %% auto #0
-__all__ = ['calib_items', 'item_texts', 'models_key', 'data_key', 'run_inputs', 'read_run_json', 'check_same_inputs',
-           'config_by_role', 'source_key', 'pick_configs']
+__all__ = ['FILE_DIGESTS', 'TOKENIZER_SETTINGS', 'RESAVE_KEYS', 'MODEL_FILES', 'calib_items', 'item_texts', 'file_digest',
+           'checkpoint_content', 'models_key', 'fingerprint_models_key', 'data_key', 'run_inputs', 'read_run_json',
+           'check_same_inputs', 'config_by_role', 'source_key', 'pick_configs']
 
 # %% ../nbs/15a_inputs.ipynb #4a496633
 def calib_items(
@@ -62,11 +64,120 @@ def item_texts(
     texts = [calibration_text(it, mode) if split == 'calib' else training_text(it) for it in items]
     return texts, [text_spans(it, t) for it, t in zip(items, texts)]
 
+# %% ../nbs/15a_inputs.ipynb #dadde973
+FILE_DIGESTS = 'file_digests.json'  # in DARTS_HOME/cache: file -> [size, mtime_ns, sha256], so a file is read once
+_FILE_DIGESTS = {}  # this process's copy of FILE_DIGESTS (loaded on first use)
+
+# %% ../nbs/15a_inputs.ipynb #04d428cd
+def file_digest(
+    path: str | Path,  # a file
+) -> str:
+    "The sha256 of the file's bytes, kept (by path, size and modification time) in DARTS_HOME/cache/`FILE_DIGESTS`."
+    p = Path(path).resolve()
+    st = p.stat()
+    cache_file = darts_home() / 'cache' / FILE_DIGESTS
+    if not _FILE_DIGESTS:
+        try:
+            _FILE_DIGESTS.update(json.loads(cache_file.read_text()))
+        except (OSError, ValueError):
+            pass  # no cache yet, or a damaged one: every file is hashed again
+    hit = _FILE_DIGESTS.get(str(p))
+    if isinstance(hit, list) and hit[:2] == [st.st_size, st.st_mtime_ns]:
+        return hit[2]
+    h = hashlib.sha256()
+    with open(p, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 24), b''):
+            h.update(chunk)
+    _FILE_DIGESTS[str(p)] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
+    for gone in [k for k in _FILE_DIGESTS if not Path(k).exists()]:
+        del _FILE_DIGESTS[gone]  # a file removed since: its entry would only grow the cache
+    try:
+        write_json(cache_file, _FILE_DIGESTS)
+    except OSError:
+        pass  # a read-only home: the hash is kept for this process only
+    return h.hexdigest()
+
+# %% ../nbs/15a_inputs.ipynb #10cedb00
+TOKENIZER_SETTINGS = (  # the keys of tokenizer_config.json that change how text is tokenized or ended
+    'add_bos_token',
+    'add_eos_token',
+    'add_prefix_space',
+    'added_tokens_decoder',
+    'bos_token',
+    'chat_template',
+    'clean_up_tokenization_spaces',
+    'do_lower_case',
+    'eos_token',
+    'model_max_length',
+    'pad_token',
+    'padding_side',
+    'unk_token',
+)
+RESAVE_KEYS = ('transformers_version', '_name_or_path')  # keys of config files that a re-save changes, not the model
+
+# %% ../nbs/15a_inputs.ipynb #28418ce0
+def _json_content(f: Path) -> str:
+    "A hash of a JSON config's settings: tokenizer_config.json's `TOKENIZER_SETTINGS`, another's less `RESAVE_KEYS`."
+    try:
+        d = json.loads(f.read_text(encoding='utf-8'))
+    except (ValueError, UnicodeDecodeError):
+        return file_digest(f)  # not JSON: its bytes
+    if not isinstance(d, dict):
+        return stable_hash(d)
+    if f.name == 'tokenizer_config.json':
+        return stable_hash({k: v for k, v in d.items() if k in TOKENIZER_SETTINGS})
+    return stable_hash({k: v for k, v in d.items() if k not in RESAVE_KEYS})
+
+# %% ../nbs/15a_inputs.ipynb #c403f3f4
+MODEL_FILES = (  # what a checkpoint is made of; other files (zoo.json's training time, a README) do not count
+    '.safetensors',
+    '.bin',
+    '.pt',
+    '.pth',
+    '.gguf',
+    '.model',
+    'config.json',
+    'tokenizer.json',
+    'vocab.json',
+    'vocab.txt',
+    'merges.txt',
+    'special_tokens_map.json',
+    'added_tokens.json',
+)
+
+# %% ../nbs/15a_inputs.ipynb #c752992d
+def checkpoint_content(
+    path: str | Path,  # a checkpoint directory or file, or a hub id
+    hub_id: str | None = None,  # the hub id it was given by (then the id is its content, with its snapshot's revision)
+) -> str:
+    "What a checkpoint is, wherever it lies and whenever its files were written: a hash of its `MODEL_FILES`' content."
+    p = Path(path).expanduser()
+    if hub_id is not None:
+        return f'{hub_id}@{p.name}' if p.parent.name == 'snapshots' else hub_id
+    if not p.exists():
+        return str(path)  # a hub id not resolved here: as given
+    files = sorted(f for f in p.rglob('*') if f.is_file()) if p.is_dir() else [p]
+    parts = []
+    for f in files:
+        rel = f.name if f == p else f.relative_to(p).as_posix()
+        if any(s.startswith('.') for s in rel.split('/')) or not f.name.endswith(MODEL_FILES):
+            continue
+        parts.append((rel, _json_content(f) if f.suffix == '.json' else file_digest(f)))
+    return stable_hash(parts)
+
 # %% ../nbs/15a_inputs.ipynb #65ba4486
 def models_key(
     profile: Profile,  # a resolved profile
 ) -> str:
-    "A short hash of the profile's checkpoints as they are now (`core.path_fingerprint`; a hub id as given)."
+    "A short hash of what the profile's checkpoints are (`checkpoint_content`; a hub id as given, with its revision)."
+    hub = profile.hub_ids or {}
+    return stable_hash([checkpoint_content(p, hub.get(r)) for r, p in profile.paths.items()], 8)
+
+# %% ../nbs/15a_inputs.ipynb #645320c9
+def fingerprint_models_key(
+    profile: Profile,  # a resolved profile
+) -> str:
+    "The models key as darts_nb wrote it before `models_key` hashed content: paths, sizes, times (`path_fingerprint`)."
     return stable_hash([path_fingerprint(p) for p in profile.paths.values()], 8)
 
 # %% ../nbs/15a_inputs.ipynb #514a514d

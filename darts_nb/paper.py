@@ -29,7 +29,7 @@ from darts_nb.stages import (
 from .run_arms import domain_cache, calib_texts, arms_over
 from .results import arm_scores, arm_stderr, arm_key, paired_diff
 from .stats import verdict, all_verdict, test_verdict, reduction_ci, spearman_test, interval_text
-from .report import Experiment, Section, Table, claim, ci, paper_rows
+from .report import Experiment, Section, Table, claim, ci, paper_rows, write_derived
 
 # %% auto #0
 __all__ = ['PAPER_MODELS_ROWS', 'EXPERTS', 'SWEEP', 'MAIN_ARMS', 'FLOOR', 'MAIN', 'TABLE3_MERGES', 'BIAS_VS_SCORE', 'BIAS',
@@ -134,7 +134,7 @@ def _sweep_section(run: Run, figs: Path) -> Section | None:
     t = sweep_table(run)
     if t.empty:
         return None
-    atomic_write(run.dir / 'sweep.csv', t.to_csv())
+    write_derived(run.dir / 'sweep.csv', t.to_csv(), f'`darts report {run.name}` writes it again from the store')
     tables = [Table('', t.drop_duplicates('family').reset_index().set_index('family'))]
     r = retention(run)
     if len(r):

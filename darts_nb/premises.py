@@ -23,7 +23,7 @@ from .inputs import calib_items
 from .run_arms import domain_cache, run_cache, arms_over
 from .results import arm_scores, arm_stderr, arm_metric, arms_stat
 from .stats import verdict, all_verdict, paired_ci, reduction_ci, interval_text
-from .report import Experiment, Section, Table, claim, ci
+from .report import Experiment, Section, Table, claim, ci, write_derived, read_derived_csv, rerun_command
 
 # %% auto #0
 __all__ = ['BUCKETS', 'PLACEMENT', 'ENTROPY', 'CONTROL_ARMS', 'CONTROLS', 'CALIB_TEXT_ARMS', 'CALIB_TEXT', 'SUMMARY_ARMS',
@@ -94,7 +94,9 @@ def exp_placement(
     run: Run,  # the run
 ) -> None:
     "The placement test on ta-0.5's held-out items of every domain (kept in placement.csv)."
-    atomic_write(run.dir / 'placement.csv', pd.concat([placement_bias(run, d) for d in DOMAINS]).to_csv(index=False))
+    df = pd.concat([placement_bias(run, d) for d in DOMAINS])
+    # a derived file (report.write_derived): its digest is kept, an edited one is refused
+    write_derived(run.dir / 'placement.csv', df.to_csv(index=False), f'`{rerun_command(run, "placement")}` measures it')
 
 # %% ../nbs/20_premises.ipynb #d28c7289
 def _plot_placement(df: pd.DataFrame, path: Path) -> Path:
@@ -120,7 +122,8 @@ def _placement_section(run: Run, figs: Path) -> Section | None:
     path = run.dir / 'placement.csv'
     if not path.exists():
         return None
-    df = pd.read_csv(path)
+    cols = {'domain': 'text', 'context_tokens': 'number', 'ratio': 'number'}
+    df = read_derived_csv(path, cols, f'`{rerun_command(run, "placement")}` measures it again')
     t = placement_table(df)
     late = df[df.context_tokens >= 256]
     r = (

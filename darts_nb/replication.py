@@ -17,15 +17,18 @@ from .runs import Run, NONE, STANDARD_L1, STANDARD_EWL1, DARTS, make_run, open_r
 from .run_arms import arms_over
 from .stages import best_merges
 from .runs import run_dir
+from .store import results_path
 from .results import arm_key, items_frame
 from .stats import verdict, interval_text
-from .report import Experiment, Section, Table, claim, ci, read_timings
+from .report import Experiment, Section, Table, claim, ci, read_timings, read_derived_csv, rerun_command
+from .report import DerivedFileError
 from . import paper, premises
 
 # %% auto #0
-__all__ = ['REPLICA_RECORDS', 'REPLICA_STAGES', 'REPLICATED', 'REPLICATION', 'zoo_bootstrap', 'recipe_of', 'replica_names',
-           'replica_runs', 'exp_replication', 'arm_strata', 'main_strata', 'placement_strata', 'replication_table',
-           'domain_table', 'existing_replicas', 'replica_cost_s']
+__all__ = ['REPLICA_RECORDS', 'REPLICA_STAGES', 'PLACEMENT_COLUMNS', 'PLACEMENT_CLAIM', 'MAIN_CLAIM', 'REPLICATED', 'REPLICATION',
+           'zoo_bootstrap', 'recipe_of', 'replica_names', 'replica_runs', 'exp_replication', 'arm_strata',
+           'main_strata', 'placement_strata', 'no_data_why', 'replication_table', 'domain_table', 'existing_replicas',
+           'replica_cost_s']
 
 # %% ../nbs/20c_replication.ipynb #b5cb807c
 def _zoo_estimate(strata: dict, rng: np.random.Generator | None = None) -> float:
@@ -151,6 +154,9 @@ def main_strata(
     return arm_strata(run, [(m, DARTS, other) for m in merges])
 
 # %% ../nbs/20c_replication.ipynb #72dcd55f
+PLACEMENT_COLUMNS = {'domain': 'text', 'context_tokens': 'number', 'ratio': 'number'}  # what placement.csv must hold
+
+
 def placement_strata(
     run: Run,  # a run
     late: int = 256,  # context tokens before the item
@@ -159,42 +165,70 @@ def placement_strata(
     path = run.dir / 'placement.csv'
     if not path.exists():
         return {}
-    df = pd.read_csv(path)
-    df = df[df.context_tokens >= late]
+    remake = f'`{rerun_command(run, "placement")}` measures it again'
+    df = read_derived_csv(path, PLACEMENT_COLUMNS, remake)  # edited or damaged: refused, with the file named
+    df = df[(df.context_tokens >= late) & df.ratio.notna()]  # an item without a measured bias has no ratio
+    if not np.all(np.isfinite(df.ratio)) or not np.all(df.ratio > 0):
+        raise DerivedFileError(f'{path}: a ratio that is not a positive number: damaged; delete it: {remake}')
     return {d: np.log(g.ratio.to_numpy()) for d, g in df.groupby('domain')}
 
+# %% ../nbs/20c_replication.ipynb #e2a1dd73
+def no_data_why(
+    run: Run,  # a zoo's run
+    claim_name: str,  # a key of `REPLICATED`
+) -> str:
+    "Why a zoo has no item values for a claim: its store or placement.csv is gone, or the stages have not run."
+    if claim_name == PLACEMENT_CLAIM:
+        path = run.dir / 'placement.csv'
+        return f'{path} is missing' if not path.exists() else 'no item after 256+ context tokens in its placement.csv'
+    if not results_path(run.dir).exists():
+        return f'its results store {results_path(run.dir)} is missing'
+    return "no paired item scores of these arms in its store (not run, or their rows deleted)"
+
 # %% ../nbs/20c_replication.ipynb #ba8451ac
+PLACEMENT_CLAIM, MAIN_CLAIM = 'bias after 256+ context tokens / alone', 'DARTS vs no surgery (best merges)'
 REPLICATED = {  # claim -> (strata of a run, unit, how the estimate is shown)
-    'DARTS vs no surgery (best merges)': (lambda r: main_strata(r, NONE), ' pp'),
+    MAIN_CLAIM: (lambda r: main_strata(r, NONE), ' pp'),
     'DARTS vs Standard + L1 (best merges)': (lambda r: main_strata(r, STANDARD_L1), ' pp'),
-    'bias after 256+ context tokens / alone': (placement_strata, 'x'),
+    PLACEMENT_CLAIM: (placement_strata, 'x'),
     'EWL1 vs L1 (Standard, ta-0.5)': (lambda r: arm_strata(r, [('ta-0.5', STANDARD_EWL1, STANDARD_L1)]), ' pp'),
 }
 
 # %% ../nbs/20c_replication.ipynb #fb9a4d27
 def replication_table(
-    runs: list[Run],  # the run and its replicas that have data
+    runs: list[Run],  # the run and its replicas
     n_boot: int = 2000,  # bootstrap draws
 ) -> tuple[pd.DataFrame, dict]:
-    "Per claim: each zoo's estimate [interval], the pooled one, the zoos' SD; and the pooled results by claim."
+    "Per claim: each zoo's estimate [interval] by name ('no data: why' for one without), the pooled one, the zoos' SD."
     rows, pooled = {}, {}
     for name, (strata, unit) in REPLICATED.items():
-        r = zoo_bootstrap([strata(run) for run in runs], n_boot=n_boot)
+        each = {run.profile.name: (run, strata(run)) for run in runs}
+        have = [z for z, (_, s) in each.items() if any(len(v) for v in s.values())]
+        r = zoo_bootstrap([each[z][1] for z in have], n_boot=n_boot)
         if not r['zoos']:
             continue
+        for z, per in zip(have, r['zoos']):  # zoo_bootstrap keeps the order of the zoos it was given
+            per['name'] = z
+        r['missing'] = {z: no_data_why(run, name) for z, (run, _) in each.items() if z not in have}
         shown = _shown(unit)
-        row = {f'zoo {run.profile.name}': shown(z) for run, z in zip(runs, r['zoos'])}
+        row = {f'zoo {z}': f'no data: {r["missing"][z]}' if z in r['missing'] else None for z in each}
+        row |= {f'zoo {p["name"]}': shown(p) for p in r['zoos']}
         row['pooled'] = shown(r)
         row['zoo-to-zoo SD'] = f"{r['sd']:.2f}" if r['sd'] == r['sd'] else '-'
         row['items'] = r['n']
         rows[name], pooled[name] = row, r
     return pd.DataFrame(rows).T.rename_axis('claim'), pooled
 
+# %% ../nbs/20c_replication.ipynb #6825cc5d
+def _ratio_text(r: dict) -> str:
+    "A log ratio's estimate and interval, as a ratio: '2.00x [1.50, 3.00]'."
+    return interval_text(np.exp(r['est']), np.exp(r['lo']), np.exp(r['hi']), spec='.2f', unit='x')
+
 # %% ../nbs/20c_replication.ipynb #7a983cf7
 def _shown(unit: str):
     "How an estimate and its interval are written: differences in pp, log ratios as ratios."
     if unit == 'x':
-        return lambda r: interval_text(np.exp(r['est']), np.exp(r['lo']), np.exp(r['hi']), spec='.2f', unit='x')
+        return lambda r: ci(r) if r['est'] != r['est'] else _ratio_text(r)  # ci says 'missing (no items)'
     return lambda r: ci(r, unit=unit)
 
 # %% ../nbs/20c_replication.ipynb #b24494ac
@@ -210,19 +244,19 @@ def domain_table(
         row = {}
         for d in DOMAINS:
             r = zoo_bootstrap([{k: v for k, v in strata.items() if k[1] == d}], n_boot=n_boot)
-            if r['zoos']:
-                row[d] = ci(r)
-        if row:
-            rows[f'zoo {run.profile.name}'] = row
+            row[d] = ci(r) if r['zoos'] else 'no data'
+        if not strata:  # the zoo's row says why, under its own name
+            row = {d: f'no data: {no_data_why(run, MAIN_CLAIM)}' for d in DOMAINS}
+        rows[f'zoo {run.profile.name}'] = row
     return pd.DataFrame.from_dict(rows, orient='index')
 
 # %% ../nbs/20c_replication.ipynb #faf51bd3
-def _plot_replication(pooled: dict, names: list[str], path: Path) -> Path:
-    "Each claim's estimate per zoo and pooled, with intervals (a forest plot)."
+def _plot_replication(pooled: dict, path: Path) -> Path:
+    "Each claim's estimate per zoo (labelled by its own name) and pooled, with intervals (a forest plot)."
     plt = pyplot()
     fig, axes = plt.subplots(1, len(pooled), figsize=(3.2 * len(pooled), 3.2), squeeze=False)
     for ax, (claim_name, r) in zip(axes[0], pooled.items()):
-        labels = names[: len(r['zoos'])] + ['pooled']
+        labels = [z['name'] for z in r['zoos']] + ['pooled']
         pts = r['zoos'] + [r]
         for y, p in enumerate(pts):
             ax.errorbar(p['est'], -y, xerr=[[p['est'] - p['lo']], [p['hi'] - p['est']]], fmt='o', capsize=3)
@@ -254,24 +288,26 @@ def _replication_section(run: Run, figs: Path) -> Section | None:
     t, pooled = replication_table(runs)
     if t.empty:
         return None
-    names = [r.profile.name for r in runs]
+    names, recipe = [r.profile.name for r in runs], recipe_of(run)
     sec = Section(
         [Table('', t), Table("DARTS minus no surgery by domain, on each zoo's best merges", domain_table(runs))],
-        figures=[('the core claims per zoo and pooled', _plot_replication(pooled, names, figs / 'replication.png'))],
+        figures=[('the core claims per zoo and pooled', _plot_replication(pooled, figs / 'replication.png'))],
         notes=[
-            f'{len(runs)} zoos of one recipe ({", ".join(names)}), each with its own sweep, best merges and arms; '
-            'pooled: zoos resampled, then items within each zoo (2,000 draws). With few zoos the pooled interval is '
-            "a floor on the zoo-to-zoo uncertainty; the zoos' own rows show how far apart they are."
+            f'{len(runs)} zoos of the {recipe} recipe ({", ".join(names)}), each with its own sweep, best merges and '
+            'arms; pooled: zoos resampled, then items within each zoo (2,000 draws). With few zoos the pooled '
+            "interval is a floor on the zoo-to-zoo uncertainty; the zoos' own rows show how far apart they are. "
+            'A zoo without data for a claim is said as such in its own column, and left out of that pool.'
         ],
     )
     for name, r in pooled.items():
         unit = REPLICATED[name][1]
         split = sum(verdict(z['lo'], z['hi']) == 'AGREES' for z in r['zoos'])
+        gone = ''.join(f'; no data from zoo {z}: {why}' for z, why in r['missing'].items())
         sec.core.append(
             claim(
                 verdict(r['lo'], r['hi']),
-                f'{name}, pooled over {len(r["zoos"])} zoos of the {recipe_of(run)} recipe: {_shown(unit)(r)} '
-                f'({r["n"]} item values; the zoos agree with the paper in {split} of {len(r["zoos"])}).',
+                f'{name}, pooled over {len(r["zoos"])} zoos of the {recipe} recipe: {_shown(unit)(r)} '
+                f'({r["n"]} item values; the zoos agree with the paper in {split} of {len(r["zoos"])}{gone}).',
             )
         )
     return sec
@@ -297,7 +333,7 @@ def _one_seed_line(run: Run) -> str:
     when = '' if cost is None else f'; each replica would take at least {cost / 60:.0f} min on this machine'
     return (
         f'_These core claims rest on one set of experts (seed 0) of the {run.profile.real} recipe. '
-        f'`darts run --name {run.name} --only replication` fine-tunes the experts again with seeds 1 and 2 from '
+        f'`{rerun_command(run, "replication")}` fine-tunes the experts again with seeds 1 and 2 from '
         f'the same base and measures the claims on each, pooled with intervals that include the seed-to-seed '
         f'variation{when}._'
     )
@@ -310,8 +346,8 @@ def _one_zoo_line(run: Run) -> str:
     if run.profile.zoo_size is None:
         return f'_These core claims rest on the checkpoints of profile {run.profile.name}._'
     return (
-        f'_These core claims rest on one zoo ({run.profile.name}). `darts run --name {run.name} --only replication` '
-        'measures them on 3 zoos of the same recipe, pooled with intervals that include the zoo-to-zoo variation._'
+        f'_These core claims rest on one zoo ({run.profile.name}). `{rerun_command(run, "replication")}` measures '
+        f'them on 3 zoos of the {recipe_of(run)} recipe, pooled with intervals that include the zoo-to-zoo variation._'
     )
 
 # %% ../nbs/20c_replication.ipynb #5d9c4943

@@ -6,8 +6,11 @@ Docs: https://darts-nb.github.io/darts_nb/report.html.md"""
 
 # %% ../nbs/17_report.ipynb #a0b1c2d2
 from __future__ import annotations
+import hashlib
+import io
 import json
 import platform
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field, asdict, replace
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 import pandas as pd
 import torch
-from .core import atomic_write, check_choice
+from .core import atomic_write, check_choice, write_json
 from .stats import VERDICTS, interval_text
 from .domains import DOMAINS
 from .runs import Run, DARTS, PAPER_SEEDS, recorded
@@ -23,8 +26,10 @@ from .stages import sweep_grid, sweep_basis
 from .store import StoreError, check_writable
 
 # %% auto #0
-__all__ = ['PAPER_COLUMNS', 'TIMINGS', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side', 'Table', 'Section', 'Experiment',
-           'render_section', 'read_timings', 'config_lines', 'unjudged_lines', 'write_report']
+__all__ = ['PAPER_COLUMNS', 'DIGESTS', 'TIMINGS', 'PROFILE_FILE', 'md_table', 'claim', 'ci', 'paper_rows', 'side_by_side',
+           'Table', 'Section', 'Experiment', 'render_section', 'DerivedFileError', 'read_derived', 'write_derived',
+           'read_derived_csv', 'read_timings', 'config_lines', 'unjudged_lines', 'write_profile_file', 'rerun_command',
+           'write_report']
 
 # %% ../nbs/17_report.ipynb #5ab9b20d
 def _fmt(v, digits: int = 1) -> str:
@@ -69,8 +74,10 @@ def ci(
     unit: str = ' pp',  # written after the estimate
     digits: int = 1,  # decimals
 ) -> str:
-    "An estimate with its 95 % interval, as text: '+2.1 pp [-0.4, +4.6]'."
+    "An estimate with its 95 % interval, as text: '+2.1 pp [-0.4, +4.6]'; 'missing (no items)' when none was measured."
     e = r['diff'] if 'diff' in r else r['est']
+    if any(v is None or v != v for v in (e, r['lo'], r['hi'])):
+        return 'missing (no items)'
     return interval_text(e, r['lo'], r['hi'], spec=f'+.{digits}f', unit=unit)
 
 # %% ../nbs/17_report.ipynb #a0b1c2d6
@@ -213,6 +220,89 @@ def _engine_text(
             pass
     return f"vLLM ({', '.join(builds) or 'not installed'}), engine `vllm`: lm-eval's requests, vLLM's generation"
 
+# %% ../nbs/17_report.ipynb #61ab5a04
+DIGESTS = 'digests.json'  # in a run's folder: derived file name -> sha256s of the content darts wrote
+
+
+class DerivedFileError(ValueError):
+    "A file darts derives (placement.csv, sweep.csv, timings.json) that was edited or damaged since darts wrote it."
+
+# %% ../nbs/17_report.ipynb #ba96feef
+def _digests(folder: Path) -> dict:
+    "The folder's `DIGESTS`: file name -> the sha256s its content may have (empty when there is none)."
+    path = folder / DIGESTS
+    if not path.exists():
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding='utf-8'))
+    except (ValueError, UnicodeDecodeError) as e:
+        d = e
+    if not isinstance(d, dict) or not all(isinstance(v, list) for v in d.values()):
+        raise DerivedFileError(
+            f'{path} is damaged ({d if isinstance(d, Exception) else "not file -> digests"}): restore it, or delete it '
+            '(the files it vouches for are then read unchecked)'
+        )
+    return d
+
+# %% ../nbs/17_report.ipynb #d5fee7c1
+def read_derived(
+    path: str | Path,  # a file darts derived, in a run's folder
+    remake: str,  # what makes it again, for the message, e.g. "`darts run ... --only placement` measures it again"
+) -> str:
+    "The file's text while it is what darts last wrote there (`DIGESTS`); else a `DerivedFileError` naming it."
+    path = Path(path)
+    data = path.read_bytes()
+    want = _digests(path.parent).get(path.name)
+    if want is not None and hashlib.sha256(data).hexdigest() not in want:
+        raise DerivedFileError(
+            f'{path} was changed since darts wrote it (its digest in {DIGESTS} no longer matches): the report would '
+            f'show numbers no run measured; restore it, or delete it: {remake}'
+        )
+    try:
+        return data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise DerivedFileError(f'{path} is not UTF-8 text ({e}): damaged; delete it: {remake}') from None
+
+# %% ../nbs/17_report.ipynb #2086f390
+def write_derived(
+    path: str | Path,  # the derived file, in a run's folder
+    text: str,  # its whole content
+    remake: str,  # what makes it again (for the message when the file there was edited)
+) -> Path:
+    "Write a derived file atomically and record its digest; one edited since darts wrote it is refused, not replaced."
+    path = Path(path)
+    if path.exists() and read_derived(path, remake) == text and path.name in _digests(path.parent):
+        return path  # already there, as darts wrote it: nothing is written
+    new = hashlib.sha256(text.encode('utf-8')).hexdigest()
+    old = _digests(path.parent).get(path.name, [])
+    write_json(path.parent / DIGESTS, {**_digests(path.parent), path.name: [*old, new]})  # either, while it is replaced
+    atomic_write(path, text)
+    write_json(path.parent / DIGESTS, {**_digests(path.parent), path.name: [new]})
+    return path
+
+# %% ../nbs/17_report.ipynb #d31fc7db
+def read_derived_csv(
+    path: str | Path,  # a derived CSV table
+    columns: dict,  # column -> 'number' or 'text': what darts writes there
+    remake: str,  # what makes it again (for the messages)
+) -> pd.DataFrame:
+    "A derived CSV table (`read_derived`) with the columns darts writes; a `DerivedFileError` naming it if not."
+    path = Path(path)
+    text = read_derived(path, remake)
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except ValueError as e:  # pandas' EmptyDataError and ParserError are ValueErrors
+        raise DerivedFileError(f'{path} is not a CSV table ({e}): damaged; delete it: {remake}') from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DerivedFileError(f'{path} lacks the column(s) {missing} darts writes: damaged; delete it: {remake}')
+    bad = [c for c, kind in columns.items() if kind == 'number' and not pd.api.types.is_numeric_dtype(df[c])]
+    if bad:
+        raise DerivedFileError(
+            f'{path}: column {bad[0]!r} holds something other than numbers: damaged; delete it: {remake}'
+        )
+    return df
+
 # %% ../nbs/17_report.ipynb #8eed32d7
 TIMINGS = 'timings.json'  # in the run's folder: record name -> seconds of its last pass
 
@@ -222,7 +312,17 @@ def read_timings(
 ) -> dict:
     "Record name -> wall time (s) of its last pass in this run, from `TIMINGS`; empty before any record ended."
     path = run.dir / TIMINGS
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    remake = "each record's next pass times it again"
+    try:
+        t = json.loads(read_derived(path, remake))
+    except json.JSONDecodeError as e:
+        raise DerivedFileError(f'{path} is not valid JSON ({e}): damaged; delete it: {remake}') from None
+    ok = isinstance(t, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in t.values())
+    if not ok:
+        raise DerivedFileError(f'{path}: expected record name -> seconds, got {str(t)[:60]!r}; delete it: {remake}')
+    return t
 
 # %% ../nbs/17_report.ipynb #f41b2016
 def config_lines(
@@ -309,6 +409,55 @@ def _tally(claims: list[str]) -> str:
     n = {v: sum(f'**{v}**' in c for c in claims) for v in VERDICTS}
     return ', '.join(f'{k} {v.lower()}' for v, k in n.items() if k) or 'none measured'
 
+# %% ../nbs/17_report.ipynb #33cd882d
+PROFILE_FILE = 'profile.yaml'  # in a run's folder, for a profile of the user's own: the --profile `rerun_command` names
+
+
+def _profile_arg(run: Run) -> str:
+    "What --profile takes to reopen the run: a built-in profile's name, else the run's `PROFILE_FILE`."
+    p = run.profile
+    return p.name if p.zoo_size or p.real or p.name == 'llama2-7b' else str(run.dir / PROFILE_FILE)
+
+# %% ../nbs/17_report.ipynb #97fd80a0
+def write_profile_file(
+    run: Run,  # the run
+) -> Path | None:
+    "For a profile of the user's own, its YAML (`PROFILE_FILE`, from run.json: hub ids as given) that reopens the run."
+    import yaml
+
+    p = run.profile
+    if _profile_arg(run) == p.name:
+        return None
+    hub = p.hub_ids or {}
+    d = dict(
+        name=p.name,
+        base=hub.get('base', p.base),
+        experts={k: hub.get(k, v) for k, v in p.experts.items()},
+        eval=p.eval_profile,
+    )
+    remake = f'`darts report {run.name}` writes it again from run.json'
+    return write_derived(run.dir / PROFILE_FILE, yaml.safe_dump(d, sort_keys=False), remake)
+
+# %% ../nbs/17_report.ipynb #6381d6ba
+def rerun_command(
+    run: Run,  # the run
+    only: str | None = None,  # the experiment to run (None: the whole programme)
+) -> str:
+    "The `darts run` command that reopens this run with its own options (profile, quick, eval limit, judge, engine)."
+    o = run.options
+    args = ['--profile', _profile_arg(run), '--name', run.name]
+    if o.quick:
+        args.append('--quick')
+    if o.eval_limit is not None and o.eval_limit != (60 if o.quick else None):  # make_run's limit with --quick
+        args += ['--eval-limit', str(o.eval_limit)]
+    if o.judge:
+        args += ['--judge', o.judge]
+    if o.engine != 'hf':
+        args += ['--engine', o.engine]
+    if o.shared_dir:
+        args += ['--shared-dir', o.shared_dir]
+    return shlex.join(['darts', 'run', *args, *(['--only', only] if only else [])])
+
 # %% ../nbs/17_report.ipynb #23821749
 def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str | None]:
     "(the record's section, None) or (None, the one line that says why it has none)."
@@ -317,8 +466,8 @@ def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str
         return None, what + f'does not apply to the `{run.eval_profile}` tasks.'
     try:
         sec = exp.section(run, figs)
-    except (StoreError, OSError):
-        raise  # an unreadable store or a full disk is not a partial run
+    except (StoreError, OSError, DerivedFileError):
+        raise  # an unreadable store, a full disk or an edited or damaged derived file is not a partial run
     except Exception as e:
         print(
             f'report: the {exp.name!r} section was not made from this run\'s data: {type(e).__name__}: {e}',
@@ -326,7 +475,7 @@ def _section(exp: Experiment, run: Run, figs: Path) -> tuple[Section | None, str
         )
         return None, what + f'not made from the partial data of this run ({type(e).__name__}: {e}).'
     if sec is None:
-        return None, what + f'no data in this run yet; `darts run --name {run.name} --only {exp.name}` measures it.'
+        return None, what + f'no data in this run yet; `{rerun_command(run, exp.name)}` measures it.'
     return sec, None
 
 # %% ../nbs/17_report.ipynb #d89bbe1d
@@ -337,7 +486,7 @@ def _drop_missing_figures(sec: Section, exp: Experiment, run: Run) -> Section:
         return sec
     notes = [
         f'_(figure "{c}" is missing: `{p.relative_to(run.dir) if p.is_relative_to(run.dir) else p}` was not made '
-        f'or was removed; `darts run --name {run.name} --only {exp.name}` makes it)_'
+        f'or was removed; `{rerun_command(run, exp.name)}` makes it)_'
         for c, p in gone
     ]
     return replace(sec, figures=[f for f in sec.figures if Path(f[1]).exists()], notes=[*sec.notes, *notes])
@@ -352,6 +501,7 @@ def write_report(
     check_writable(run.dir)  # a read-only run or figures folder is said before any section is made
     figs.mkdir(parents=True, exist_ok=True)
     check_writable(figs)
+    write_profile_file(run)  # what the report's commands name as --profile, for a profile of the user's own
     body, claims, core, top, missing, notes = [], [], [], [], [], []
     for exp in experiments.values():
         sec, why = _section(exp, run, figs)

@@ -25,6 +25,7 @@ from darts_nb.options import (
 )
 from darts_nb.inputs import (
     models_key,
+    fingerprint_models_key,
     run_inputs,
     read_run_json,
     check_same_inputs,
@@ -266,6 +267,30 @@ def check_run_record(
         )
     return m
 
+# %% ../nbs/15_runs.ipynb #295d0b26
+def _run_models_key(
+    prof: Profile,  # the resolved profile
+    old: dict | None,  # the run's run.json, if it has one
+    meta: Path,  # its path (named in the error)
+) -> str:
+    "The run's models key: its checkpoints' content (`models_key`), an older run's own key while it fits, else refused."
+    key = models_key(prof)
+    if old is None:
+        return key
+    was = old.get('models_key')
+    if old['profile'].get('name') == prof.name and was == key:
+        return key
+    if old['profile'].get('name') == prof.name and was == fingerprint_models_key(prof):
+        return (
+            was  # recorded before the key hashed content, checkpoints where and as they were: its rows keep their key
+        )
+    raise ValueError(
+        f"run {meta.parent.name!r} was made with other models (profile {old['profile'].get('name')!r}, "
+        f"models {was!r}; now {prof.name!r}, {key!r}): the checkpoints' weights, config or tokenizer differ (a run "
+        f"recorded by a darts_nb older than content keys also sees a moved or rebuilt zoo so); use another name, "
+        f"or delete {meta.parent}"
+    )
+
 # %% ../nbs/15_runs.ipynb #8de2ae0d
 @delegates(RunOptions)
 def make_run(
@@ -286,13 +311,7 @@ def make_run(
     if old is not None:
         _check_types(old, meta)
     prof = get_profile(opts.profile)
-    key = models_key(prof)
-    if old is not None and (old['profile'].get('name') != prof.name or old.get('models_key') != key):
-        raise ValueError(
-            f"run {opts.name!r} was made with other models (profile {old['profile'].get('name')!r}, "
-            f"models {old.get('models_key')!r}; now {prof.name!r}, {key!r}: a rebuilt zoo or other checkpoints); "
-            f"use another name, or delete {meta.parent}"
-        )
+    key = _run_models_key(prof, old, meta)
     limit = opts.eval_limit if opts.eval_limit is not None else (60 if opts.quick else None)
     shared = opts.shared_dir and str(Path(opts.shared_dir).expanduser().absolute())
     opts = replace(opts, eval_limit=limit, shared_dir=shared)
@@ -342,6 +361,7 @@ def open_run(
         device=device,
         judge=m.get('judge'),
         shared_dir=m.get('shared_dir'),
+        engine=(m.get('inputs') or {}).get('engine', 'hf'),  # an engine other than hf is in the run's inputs
     )
     return Run(name, prof, options=options, models_key=m.get('models_key', ''), content_key=m.get('content_key', ''))
 
