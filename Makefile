@@ -91,8 +91,9 @@ nbtest: $(STAMP)
 # session's ci merges, which test_delete_merges removed (now in a folder of its own). (xdist's loadgroup would keep
 # chosen files together, but it does nothing under pytest 9: it renames node ids, which pytest 9 ignores.)
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -ge 2 ] && echo $$n || echo 0)
-SLOW_TESTS := tests/test_ray.py tests/test_ray_faults.py tests/test_engine.py tests/test_gpu_check.py \
-	tests/test_bench_engine.py tests/test_lm_eval_cli.py tests/test_cache_memory.py
+SLOW_TESTS := tests/test_ray.py tests/test_ray_faults.py tests/test_engine.py tests/test_correct.py \
+	tests/test_correct_attacks.py tests/test_gpu_check.py tests/test_bench_engine.py tests/test_lm_eval_cli.py \
+	tests/test_cache_memory.py
 PYTEST_PARALLEL := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile $(SLOW_TESTS),)
 pytest: $(STAMP)
 	$(TEST_ENV) $(BIN)/pytest -q --durations=15 $(PYTEST_PARALLEL) tests/
@@ -106,6 +107,7 @@ test-cuda: $(STAMP) zoo-ci
 
 bench: $(STAMP)
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_surgery.py
+	$(PY) bench/bench_loop.py
 	$(PY) bench/bench_check.py
 	DARTS_HOME=$(TEST_HOME) $(PY) bench/bench_ray.py
 

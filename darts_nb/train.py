@@ -18,8 +18,8 @@ from .bias import token_bias
 from .surgery import apply_surgery
 
 # %% auto #0
-__all__ = ['TrainSettings', 'batch_order', 'zero_pads', 'all_finite', 'train_surgery', 'l1_reduction', 'token_agreement',
-           'argmax_agreement']
+__all__ = ['CHECK_EVERY', 'TrainSettings', 'batch_order', 'zero_pads', 'extremes', 'all_finite', 'train_surgery', 'l1_reduction',
+           'token_agreement', 'argmax_agreement']
 
 # %% ../nbs/07_train.ipynb #f5a0f9ee
 def _module_device(module) -> torch.device:
@@ -60,6 +60,19 @@ class TrainSettings:
             check_number(b, f'betas[{i}]', lo=0, hi=1, hi_open=True)
         check_int(self.seed, 'seed', lo=None)
 
+# %% ../nbs/07_train.ipynb #61dd4d9c
+def _check_cache(
+    cache: HiddenCache,  # calibration hidden states
+) -> HiddenCache:
+    "`cache.check()`, skipped when one min/max pass per tensor finds every value finite, pads included."
+    # `check` scans the real positions only (a NaN at a pad is allowed: `zero_pads` clears it), which costs a
+    # copy of every tensor (3 s for a Llama-2-7B-sized cache on a CPU); a cache finite everywhere needs no scan.
+    if len(cache) and bool(cache.mask.any()):
+        peaks = [v for k in ('merged', 'target', 'entropy') for v in getattr(cache, k).aminmax()]
+        if bool(torch.stack(peaks).isfinite().all()):
+            return cache
+    return cache.check()
+
 # %% ../nbs/07_train.ipynb #bd7acab0
 def _check_train_inputs(
     cache: HiddenCache,  # calibration hidden states
@@ -73,7 +86,7 @@ def _check_train_inputs(
         raise TypeError(f"settings: expected a TrainSettings, got {type(settings).__name__}")
     if 'head' in LOSS_NEEDS[settings.loss] and head is None:
         raise ValueError(f"loss={settings.loss!r} needs head= (the expert's LM head), got None")
-    cache.check()
+    _check_cache(cache)
 
 # %% ../nbs/07_train.ipynb #f5a0f903
 def batch_order(
@@ -94,17 +107,24 @@ def batch_order(
             it += 1
 
 # %% ../nbs/07_train.ipynb #ca9f6eea
-def _batch(cache, idx, device):
+def _batch(
+    cache,  # calibration hidden states
+    idx,  # prompt indices
+    device,  # where the module lives
+    positions=None,  # N x T positions of the whole cache (`positions_from_mask(cache.mask)`), else from the batch
+    ids: bool = True,  # False: leave the token ids out (a module that says it does not read them)
+):
     "Prompts `idx` of the cache in float32 on `device`: h^M, h^k, entropy, mask, positions, ids."
     idx = idx.to(cache.device)
     m = cache.mask[idx]
+    pos = positions_from_mask(m) if positions is None else positions[idx]
     return (
         cache.merged[idx].to(device, torch.float32),
         cache.target[idx].to(device, torch.float32),
         cache.entropy[idx].to(device, torch.float32),
         m.to(device),
-        positions_from_mask(m).to(device),
-        None if cache.ids is None else cache.ids[idx].to(device),
+        pos.to(device),
+        None if cache.ids is None or not ids else cache.ids[idx].to(device),
     )
 
 # %% ../nbs/07_train.ipynb #30a71641
@@ -134,13 +154,39 @@ def _diverged(
         f"training diverged and is stopped; try a smaller lr"
     )
 
+# %% ../nbs/07_train.ipynb #f1397669
+def extremes(
+    tensors: list[torch.Tensor],  # on one device, e.g. a loss and a module's parameters
+) -> torch.Tensor:
+    "The smallest and largest element of each non-empty tensor, as one 1-D tensor left on their device (no sync)."
+    parts = [v for t in tensors if t.numel() for v in t.detach().aminmax()]
+    return torch.stack(parts) if parts else torch.zeros(0)
+
 # %% ../nbs/07_train.ipynb #f137a7d9
 def all_finite(
     tensors: list[torch.Tensor],  # e.g. a module's parameters
 ) -> bool:
     "Whether every element of every tensor is finite (no NaN, no inf)."
-    peaks = [t.detach().abs().amax() for t in tensors if t.numel()]
-    return not peaks or bool(torch.stack(peaks).isfinite().all())
+    return bool(extremes(tensors).isfinite().all())
+
+# %% ../nbs/07_train.ipynb #c20563c3
+CHECK_EVERY = 10  # steps whose records (loss, parameter extremes) are read back at once
+
+# %% ../nbs/07_train.ipynb #06eefbde
+def _read_steps(
+    records: list[torch.Tensor],  # one per step: extremes([loss] + parameters) after the step
+    first: int,  # the step of the first record (1-based)
+    settings: TrainSettings,  # how the module is trained (for the message)
+) -> list[float]:
+    "The losses of consecutive steps, or the error of the first whose loss or parameters are not finite."
+    losses = []
+    for step, row in enumerate(torch.stack(records).tolist(), first):
+        if not math.isfinite(row[0]):
+            raise _diverged(step, settings, value=row[0], what='the loss is not finite')
+        if not all(map(math.isfinite, row[2:])):
+            raise _diverged(step, settings, value=row[0], what='a parameter became NaN or inf')
+        losses.append(row[0])
+    return losses
 
 # %% ../nbs/07_train.ipynb #92809885
 def train_surgery(
@@ -157,25 +203,24 @@ def train_surgery(
     w = None if head is None else _frozen_weight(head, dev)
     params = list(module.parameters())
     opt = torch.optim.Adam(params, lr=s.lr, betas=s.betas)
+    plan = [idx.to(cache.device) for idx in batch_order(len(cache), s.batch_size, s.iters, seed=s.seed)]
+    positions = positions_from_mask(cache.mask)
+    ids = getattr(module, 'needs_ids', True)  # a surgery module says whether it reads the ids
     module.train()
-    hist = []
-    order = batch_order(len(cache), s.batch_size, s.iters, seed=s.seed)
-    bar = tqdm(order, total=s.iters, desc=f'surgery/{s.loss}', disable=not progress)
-    for step, idx in enumerate(bar, 1):
-        hm, hk, ent, m, pos, ids = _batch(cache, idx, dev)
-        pred = apply_surgery(module, hm, pos, ids=ids)
-        value = compute_loss(s.loss, pred, hk, mask=m, entropy=ent, head=w)
-        opt.zero_grad(set_to_none=True)
-        value.backward()
-        hist.append(value.item())
-        # checked before the step: the weights are still finite
-        if not math.isfinite(hist[-1]):
-            raise _diverged(step, s, value=hist[-1], what='the loss is not finite')
-        opt.step()
-        if not all_finite(params):
-            raise _diverged(step, s, value=hist[-1], what='a parameter became NaN or inf')
-        if step % 10 == 0:
-            bar.set_postfix(loss=f'{hist[-1]:.4g}')
+    hist, records = [], []
+    with tqdm(total=s.iters, desc=f'surgery/{s.loss}', disable=not progress) as bar:
+        for step, idx in enumerate(plan, 1):
+            hm, hk, ent, m, pos, tok = _batch(cache, idx, dev, positions=positions, ids=ids)
+            value = compute_loss(s.loss, apply_surgery(module, hm, pos, ids=tok), hk, mask=m, entropy=ent, head=w)
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            opt.step()
+            records.append(extremes([value] + params))
+            bar.update()
+            if step % CHECK_EVERY == 0 or step == s.iters:
+                hist += _read_steps(records, step - len(records) + 1, s)
+                records = []
+                bar.set_postfix(loss=f'{hist[-1]:.4g}', refresh=False)
     module.eval()
     return hist
 
