@@ -137,7 +137,8 @@ def _correct_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         '--out',
         default='darts_correct',
-        help='where the module folders, the router (2+ modules), the figure and the summary go',
+        help='where the module folders, the router (2+ modules), the figure and the summary go: a new or empty folder, '
+        'or an earlier output of darts correct, which a successful run replaces as a whole',
     )
     add_option_flags(c, cls=CorrectOptions)
 

@@ -36,6 +36,16 @@ def home(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope='module')
+def zoo():
+    "The ci zoo's folder (built once per session by `make zoo-ci`, in the session's DARTS_HOME)."
+    from darts_nb.core import darts_home
+
+    z = darts_home() / 'zoo-ci'
+    assert (z / 'math' / 'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({z})'
+    return z
+
+
+@pytest.fixture(scope='module')
 def code_model():
     "The ci zoo's code expert and its tokenizer (the zoo is built once in the session's DARTS_HOME)."
     from darts_nb.checkpoints import load_model

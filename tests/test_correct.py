@@ -12,18 +12,11 @@ import sys
 from pathlib import Path
 import pytest
 import transformers
-from darts_nb.core import darts_home, tiny_llama
+from darts_nb.core import tiny_llama
 from darts_nb.correct import correct_merge, read_prompts
 from darts_nb.merge import run_merges, ta_config
 from darts_nb.surgery import SurgeryModule
 from test_bad_inputs_cli import run_main
-
-
-@pytest.fixture(scope='module')
-def zoo():
-    z = darts_home() / 'zoo-ci'
-    assert (z / 'math' / 'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({z})'
-    return z
 
 
 @pytest.fixture(scope='module')

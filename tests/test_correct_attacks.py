@@ -13,17 +13,9 @@ import time
 from pathlib import Path
 import pytest
 from darts_nb.checkpoints import load_model
-from darts_nb.core import darts_home
 from darts_nb.correct import attach_corrections
 from darts_nb.merge import run_merges, ta_config
 from test_bad_inputs_cli import run_main
-
-
-@pytest.fixture(scope='module')
-def zoo():
-    z = darts_home() / 'zoo-ci'
-    assert (z / 'math' / 'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({z})'
-    return z
 
 
 @pytest.fixture(scope='module')

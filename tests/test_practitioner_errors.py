@@ -11,20 +11,12 @@ import torch
 from safetensors.torch import load_file
 from darts_nb.cache import get_or_build_cache
 from darts_nb.checkpoints import check_compatible, load_model, tensor_shapes
-from darts_nb.core import darts_home
 from darts_nb.correct import plan_correction
 from darts_nb.hub import NotFetched, resolve_models
 from darts_nb.lm_eval import darts_model_class
 from darts_nb.prompts import read_prompts
 from darts_nb.triage import diagnose_pair, diagnosis_lines, head_shift, lm_head_weight
 from test_bad_inputs_cli import run_main
-
-
-@pytest.fixture(scope='module')
-def zoo():
-    z = darts_home() / 'zoo-ci'
-    assert (z / 'math' / 'model.safetensors').exists(), f'the ci zoo is built by `make zoo-ci` ({z})'
-    return z
 
 
 @pytest.fixture(scope='module')
