@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 import pytest
 from darts_nb.checkpoints import load_model
@@ -108,26 +109,37 @@ def test_a_second_writer_is_refused(zoo, merges, tmp_path):
     assert f'pid {writer.pid}' in err and not out.exists()
 
 
-def start_correction(merged, expert, out) -> subprocess.Popen:
+def _default_ctrl_c() -> None:
+    "In the child: Ctrl-C as in a terminal (pytest-xdist's workers ignore SIGINT, and a child inherits that)."
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def correction_running(merged, expert, out):
     "`darts correct` in a process of its own, long enough to be stopped (many steps), once its temporary exists."
     argv = correct_line(merged, {'math': expert}, out, '--iters', '100000')
-    p = subprocess.Popen([sys.executable, '-m', 'darts_nb.cli', *argv], stderr=subprocess.PIPE, text=True)
-    for _ in range(600):  # the temporary exists from the start of the work (the plan and checks come first)
-        if [t for t in temporaries_of(out) if not t.endswith('.lease')] or p.poll() is not None:
-            break
-        time.sleep(0.2)
-    assert p.poll() is None, p.stderr.read()
-    time.sleep(3)  # into the caches and the training
-    return p
+    cmd = [sys.executable, '-m', 'darts_nb.cli', *argv]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_default_ctrl_c)
+    try:
+        for _ in range(600):  # the temporary exists from the start of the work (the plan and checks come first)
+            if [t for t in temporaries_of(out) if not t.endswith('.lease')] or p.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(3)  # into the caches and the training
+        yield p
+    finally:  # never left running: it would take a CPU from the tests after this one for half an hour
+        p.kill()
+        p.wait()
+        p.stderr.close()
 
 
 def test_killed_run_is_cleaned_by_the_next(zoo, merges, tmp_path):
     "SIGKILL mid-run: its temporary stays (nothing can remove it then); the next successful run removes it."
     out = tmp_path / 'fixed'
-    p = start_correction(merges['ta-0.5'], zoo / 'math', out)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    p.stderr.close()
+    with correction_running(merges['ta-0.5'], zoo / 'math', out) as p:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
     assert temporaries_of(out) != [] and not out.exists()
     code, said, err = run_main(correct_line(merges['ta-0.5'], {'math': zoo / 'math'}, out, '--diagnose-only'))
     assert code == 0, err[-2000:]
@@ -137,9 +149,10 @@ def test_killed_run_is_cleaned_by_the_next(zoo, merges, tmp_path):
 def test_ctrl_c_stops_in_one_line_and_leaves_nothing(zoo, merges, tmp_path):
     "SIGINT (Ctrl-C) mid-run: exit 130, one line, no traceback, the folder as it was (here: absent), no temporary."
     out = tmp_path / 'fixed'
-    p = start_correction(merges['ta-0.5'], zoo / 'math', out)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    with correction_running(merges['ta-0.5'], zoo / 'math', out) as p:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)
+        err = p.stderr.read()
     assert p.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == 'darts correct: interrupted: stopped, nothing half-written left', err
     assert 'Traceback' not in err, err
