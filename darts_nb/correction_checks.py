@@ -94,6 +94,7 @@ def check_tasks(
     tasks,  # lm-eval task names: `TASK` (every domain) or `DOMAIN=TASK` (`task_pairs`)
     domains: list[str],  # the experts' domains
     include_path: str | None = None,  # a folder of the user's lm-eval task YAMLs
+    manager=None,  # a `task_manager(include_path)` already built (None: built here; it reads every task YAML)
 ) -> None:
     "A ValueError naming the first task lm-eval does not know (or a missing include_path); nothing when none given."
     import difflib
@@ -104,7 +105,7 @@ def check_tasks(
     if include_path and not Path(include_path).expanduser().is_dir():
         raise ValueError(f"include_path: expected a folder of lm-eval task YAMLs, got {include_path!r}")
     pairs = task_pairs(tasks, domains)
-    known = task_manager(include_path).all_tasks
+    known = (manager or task_manager(include_path)).all_tasks
     for t in (t for names in pairs.values() for t in names):
         if t in known or Path(t).is_file() or fnmatch.filter(known, t):
             continue
