@@ -487,6 +487,7 @@ class Corrections:
     modules: dict = field(default_factory=dict)  # domain -> its trained module (none with diagnose_only)
     held: dict = field(default_factory=dict)  # domain -> its module's `held_out_scores`
     lines: list = field(default_factory=list)  # the summary's sentences
+    worse: dict = field(default_factory=dict)  # domain -> what its module makes worse than none (`worse_than_none`)
 
 # %% ../nbs/24_correct.ipynb #5ccf37f5
 def _correct_experts(
@@ -502,6 +503,7 @@ def _correct_experts(
     dev = default_device(o.device)
     mh = lm_head_weight(plan.merged).to(dev)
     diags, modules, held, lines = {}, {}, {}, list(plan.notes)
+    found_worse = {}  # only the modules worse than none
     cs = CacheSettings(max_len=o.max_len)
     for d, expert in plan.experts.items():
         eh = lm_head_weight(expert).to(dev)
@@ -513,8 +515,9 @@ def _correct_experts(
             c = get_or_build_cache(plan.merged, expert, plan.held[d], settings=cs, device=dev, progress=progress)
             held[d] = held_out_scores(modules[d], c, mh, expert_head=eh)
             if worse := worse_than_none(held[d]):
+                found_worse[d] = worse
                 lines.append(_worse_line(d, worse, skipped=o.skip_worse))
-    return Corrections(diags=diags, modules=modules, held=held, lines=lines)
+    return Corrections(diags=diags, modules=modules, held=held, lines=lines, worse=found_worse)
 
 # %% ../nbs/24_correct.ipynb #8813a662
 def _save_modules(
@@ -532,10 +535,10 @@ def _save_modules(
     diags, modules, held = found.diags, found.modules, found.held
     for d in plan.experts:
         folder = None
-        if d in modules and o.skip_worse and worse_than_none(held[d]):
+        worse = found.worse.get(d, [])
+        if d in modules and o.skip_worse and worse:
             del modules[d]  # said in the summary (`_worse_line`): nothing of it is saved, exported or routed
         if d in modules:
-            worse = worse_than_none(held[d])
             verdict = f"WORSE THAN NO MODULE: {'; '.join(worse)}" if worse else 'better than no module (or equal)'
             scores = {**card_scores(plan.sources[d], diags[d], held[d]), **task_rows(tasks, d)}
             scores['held-out verdict'] = verdict
@@ -581,7 +584,7 @@ def _write_correction(
 
     o = plan.options
     found = _correct_experts(plan, progress=progress)
-    modules, held, lines = found.modules, found.held, found.lines
+    modules, lines = found.modules, found.lines
     tasks = None
     if o.tasks and not modules:
         lines.append(f"tasks {list(o.tasks)} not scored: diagnose_only trains no module to score")
@@ -596,8 +599,7 @@ def _write_correction(
     atomic_write(tmp / 'summary.md', f"# darts correct: {plan.refs['merged']}\n\n```\n{summary}```\n")
     if o.export and modules:
         export_all(plan, modules, tmp)
-    worse = {d: worse_than_none(held[d]) for d in held if worse_than_none(held[d])}
-    table.attrs.update(diagnosis=found.diags, lines=lines, plan=plan, tasks=tasks, summary=summary, worse=worse)
+    table.attrs.update(diagnosis=found.diags, lines=lines, plan=plan, tasks=tasks, summary=summary, worse=found.worse)
     return table
 
 # %% ../nbs/24_correct.ipynb #2e09598e
